@@ -1,0 +1,55 @@
+# tfcnn: one-command setup, tests, demo and benchmarks.
+#   make install   create .venv (python3.11), install TensorFlow, build Horovod against it, install tfcnn
+#   make test      install if needed, then run the test suite
+#   make demo      install if needed, then generate, convert, train, evaluate and export end to end
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+STAMP := $(VENV)/.tfcnn-installed
+TF_VERSION := 2.15.1
+HOROVOD_VERSION := 0.28.1
+PYTEST_ARGS ?=
+# An NVIDIA GPU decides between tensorflow-cpu and tensorflow[and-cuda] (with NCCL in Horovod).
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
+
+.PHONY: install test demo bench clean
+
+install: $(STAMP)
+	@TF_CPP_MIN_LOG_LEVEL=2 $(VENV)/bin/horovodrun --check-build
+
+# The stamp depends on what decides the install; a second `make install` only prints the build check.
+$(STAMP): setup.py Makefile
+	@command -v $(PYTHON) >/dev/null || { echo "tfcnn: $(PYTHON) not found: install Python 3.11 (e.g. 'apt-get install python3.11 python3.11-venv python3.11-dev' or 'pyenv install 3.11')"; exit 1; }
+	@command -v g++ >/dev/null || { echo "tfcnn: no C++ compiler (g++) found, needed to build Horovod: install it (e.g. 'apt-get install g++')"; exit 1; }
+	@command -v cmake >/dev/null || { echo "tfcnn: cmake not found, needed to build Horovod: install it (e.g. 'apt-get install cmake' or 'pip install cmake')"; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade "pip>=23" "setuptools>=65,<70" wheel
+	@# TensorFlow first: Horovod compiles against the installed TF. tensorflow[and-cuda] only where a GPU is present.
+	@if [ "$(HAS_GPU)" = 1 ]; then tf="tensorflow[and-cuda]==$(TF_VERSION)"; else tf="tensorflow-cpu==$(TF_VERSION)"; fi; \
+	 echo "tfcnn: installing $$tf"; $(PIP) install "$$tf" "numpy>=1.26,<1.27"
+	@# Horovod from source; Gloo always, MPI when mpicxx exists, NCCL when a GPU exists. A build that lacks a
+	@# controller this machine now has (e.g. a cached wheel built before OpenMPI was installed) is rebuilt.
+	@want_mpi=$$(command -v mpicxx >/dev/null && echo 1 || echo 0); \
+	 check="import sys, horovod.tensorflow as h; sys.exit(0 if h.gloo_built() and (h.mpi_built() or not $$want_mpi) else 1)"; \
+	 flags="HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1"; \
+	 if [ $$want_mpi = 1 ]; then flags="$$flags HOROVOD_WITH_MPI=1"; else flags="$$flags HOROVOD_WITHOUT_MPI=1"; fi; \
+	 if [ "$(HAS_GPU)" = 1 ]; then flags="$$flags HOROVOD_GPU_OPERATIONS=NCCL"; fi; \
+	 build="env $$flags $(PIP) install --no-build-isolation --force-reinstall --no-deps horovod==$(HOROVOD_VERSION)"; \
+	 if $(PY) -c "$$check" 2>/dev/null; then echo "tfcnn: horovod already built"; else \
+	   echo "tfcnn: building horovod $(HOROVOD_VERSION) against TensorFlow ($$flags; about 6 minutes on 2 cores)"; \
+	   $(PIP) install cloudpickle psutil pyyaml packaging cffi && $$build || exit 1; \
+	   $(PY) -c "$$check" || { echo "tfcnn: the cached horovod wheel lacks MPI/Gloo; rebuilding without the cache"; $$build --no-cache-dir; } || exit 1; \
+	 fi
+	$(PIP) install -e ".[dev]"
+	@touch $(STAMP)
+
+test: install
+	$(VENV)/bin/python -m pytest tests $(PYTEST_ARGS)
+
+demo: install
+	$(VENV)/bin/python -m tfcnn.models
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,131 @@
+"""The model zoo: golden parameter counts and GMACs, forward/backward, dtypes, config round trip."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfcnn.models import create_model, list_models, model_info, model_overrides
+from tfcnn.profile import count_macs, count_params
+
+ALL = list_models()
+EXPECTED_NAMES = ["inception_v3", "resnet101", "resnet152", "resnet18", "resnet34", "resnet50",
+                  "resnext101_32x4d", "resnext50_32x4d", "se_resnext101_32x4d", "se_resnext50_32x4d"]
+# torchvision / timm definitions, 1000 classes, Inception V3 without the auxiliary head.
+GOLDEN_PARAMS = {
+    "resnet18": 11_689_512, "resnet34": 21_797_672, "resnet50": 25_557_032, "resnet101": 44_549_160,
+    "resnet152": 60_192_808, "resnext50_32x4d": 25_028_904, "resnext101_32x4d": 44_177_704,
+    "se_resnext50_32x4d": 27_559_896, "se_resnext101_32x4d": 48_955_416, "inception_v3": 23_834_568,
+}
+GOLDEN_GMACS = {
+    "resnet18": 1.814, "resnet50": 4.089, "resnet101": 7.801, "resnet152": 11.514, "resnext50_32x4d": 4.23,
+    "resnext101_32x4d": 7.97, "se_resnext50_32x4d": 4.233, "se_resnext101_32x4d": 7.975, "inception_v3": 5.713,
+}
+
+
+def small_shape(name):
+    """A small input the model accepts: keeps CPU tests fast."""
+    side = 96 if name == "inception_v3" else 64
+    return (side, side, 3)
+
+
+def test_registry_names():
+    assert ALL == EXPECTED_NAMES
+    assert list_models("se_*") == ["se_resnext101_32x4d", "se_resnext50_32x4d"]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_golden_params_and_gmacs(name):
+    model = create_model(name)  # full input size, 1000 classes
+    info = model_info(name)
+    assert model.input_shape == (None, info.input_size, info.input_size, 3)
+    assert count_params(model) == GOLDEN_PARAMS[name] == info.params
+    if name in GOLDEN_GMACS:
+        assert count_macs(model) / 1e9 == pytest.approx(GOLDEN_GMACS[name], rel=0.01)
+    assert count_macs(model) / 1e9 == pytest.approx(info.gmacs, rel=0.01)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_forward_backward_and_config_round_trip(name):
+    # Zero-initialized residual gammas would (correctly) zero the block weights' first gradients.
+    no_zero_init = {"zero_init_residual": False} if "zero_init_residual" in model_overrides(name) else {}
+    model = create_model(name, input_shape=small_shape(name), **no_zero_init)
+    images = tf.random.stateless_uniform((2, *small_shape(name)), seed=(1, 2), minval=-2, maxval=2)
+    with tf.GradientTape() as tape:
+        logits = model(images, training=True)
+        loss = tf.reduce_mean(tf.square(logits))
+    assert logits.shape == (2, 1000) and logits.dtype == tf.float32
+    assert np.all(np.isfinite(logits.numpy()))
+    grads = tape.gradient(loss, model.trainable_variables)
+    no_grad = [v.name for v, g in zip(model.trainable_variables, grads)
+               if g is None or not np.any(g.numpy())]
+    assert not no_grad, f"variables without gradient: {no_grad[:5]}"
+
+    clone = tf.keras.Model.from_config(model.get_config())
+    clone.set_weights(model.get_weights())
+    np.testing.assert_array_equal(model(images, training=False).numpy(), clone(images, training=False).numpy())
+    assert [w.name for w in clone.weights] == [w.name for w in model.weights]
+
+
+@pytest.mark.parametrize("mixed_policy", ["mixed_float16", "mixed_bfloat16"], indirect=True)
+@pytest.mark.parametrize("name", ALL)
+def test_mixed_precision_logits_are_float32(name, mixed_policy):
+    model = create_model(name, num_classes=10, input_shape=small_shape(name))
+    logits = model(tf.random.uniform((2, *small_shape(name))), training=False)
+    assert logits.shape == (2, 10)
+    assert logits.dtype == tf.float32
+    assert np.all(np.isfinite(logits.numpy()))
+    compute_dtypes = {layer.compute_dtype for layer in model.layers if isinstance(layer, tf.keras.layers.Conv2D)}
+    assert compute_dtypes == {mixed_policy.split("_")[1]}
+    assert all(v.dtype == tf.float32 for v in model.trainable_variables)
+
+
+@pytest.mark.parametrize("name", ["resnet50", "se_resnext50_32x4d"])
+def test_zero_init_residual_starts_blocks_as_identity(name):
+    model = create_model(name, input_shape=(64, 64, 3))
+    last_bn = [layer for layer in model.layers if layer.name.endswith("_conv3_bn")]
+    assert len(last_bn) == 16
+    assert all(not np.any(layer.gamma.numpy()) for layer in last_bn)
+    other_bn = model.get_layer("stage1_block1_conv1_bn")
+    assert np.all(other_bn.gamma.numpy() == 1.0) and other_bn.epsilon == 1e-5
+
+
+def test_resnet_v1_5_strides_on_the_3x3_conv():
+    model = create_model("resnet50", input_shape=(224, 224, 3))
+    assert model.get_layer("stage2_block1_conv1_conv").strides == (1, 1)
+    assert model.get_layer("stage2_block1_conv2_conv").strides == (2, 2)
+    assert model.get_layer("stage2_block1_downsample_conv").strides == (2, 2)
+    assert model.get_layer("stage4_block3_out").output.shape[1:] == (7, 7, 2048)
+    resnext = create_model("resnext50_32x4d", input_shape=(64, 64, 3))
+    assert resnext.get_layer("stage1_block1_conv2_conv").groups == 32
+
+
+def test_inception_auxiliary_head():
+    model = create_model("inception_v3", aux_logits=True)
+    logits, aux = model(tf.zeros((1, 299, 299, 3)))
+    assert logits.shape == aux.shape == (1, 1000)
+    assert aux.dtype == tf.float32
+    assert model.get_layer("conv1a_bn").epsilon == 1e-3
+    with pytest.raises(ValueError, match="aux_logits"):
+        create_model("inception_v3", input_shape=(96, 96, 3), aux_logits=True)
+
+
+def test_dropout_override_and_none_overrides_are_dropped():
+    model = create_model("resnet18", input_shape=(32, 32, 3), dropout_rate=0.2, zero_init_residual=None)
+    assert model.get_layer("head_dropout").rate == 0.2
+    assert not np.any(model.get_layer("stage1_block1_conv2_bn").gamma.numpy())  # default kept
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(name="resnet5"), r"unknown model name: 'resnet5'; valid names: inception_v3, resnet101"),
+    (dict(name="resnet18", num_classes=0), r"num_classes must be an integer >= 1, received: 0"),
+    (dict(name="resnet18", num_classes=2.5), r"num_classes .* received: 2.5"),
+    (dict(name="resnet18", input_shape=(16, 16, 3)), r"input_shape \(16, 16, 3\) is too small for resnet18"),
+    (dict(name="inception_v3", input_shape=(64, 64, 3)), r"too small for inception_v3: .* >= 75"),
+    (dict(name="resnet18", input_shape=(64, 64)), r"input_shape must be \(height, width, channels\)"),
+    (dict(name="resnet18", widht=3), r"unknown override for model 'resnet18': 'widht'; valid overrides: "),
+    (dict(name="resnet50", groups=32), r"unknown override for model 'resnet50': 'groups'"),
+])
+def test_bad_arguments_raise_value_error_naming_the_value(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        create_model(**kwargs)
+    with pytest.raises(ValueError, match="unknown model name"):
+        model_info("nope")

@@ -1,0 +1,13 @@
+"""The tfcnn model zoo.
+
+    from tfcnn.models import create_model, list_models, model_info
+    model = create_model("resnet50")                   # float32 logits, (None, 1000)
+    info = model_info("inception_v3")                  # input_size=299, crop_fraction=0.875, ...
+"""
+from tfcnn.models.registry import ModelInfo, create_model, list_models, model_info, model_overrides, register_model
+
+# Importing a family registers its variants.
+from tfcnn.models import inception_v3 as _inception_v3  # noqa: E402,F401
+from tfcnn.models import resnet as _resnet  # noqa: E402,F401
+
+__all__ = ["ModelInfo", "create_model", "list_models", "model_info", "model_overrides", "register_model"]

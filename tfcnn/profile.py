@@ -1,0 +1,71 @@
+"""Model cost: trainable parameters and forward GMACs (conv + dense multiply-accumulates).
+
+Counted from the built Keras graph, per image, the way the torchvision/timm tables count them
+(batch norm, activations, pooling and additions are not counted).
+
+    python -m tfcnn.profile [--models resnet50,inception_v3] [--image_size 224]
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+
+def count_params(model: tf.keras.Model) -> int:
+    return int(sum(np.prod(v.shape) for v in model.trainable_variables))
+
+
+def count_macs(model: tf.keras.Model) -> int:
+    """Multiply-accumulates of one forward pass for one image."""
+    macs = 0
+    for layer in _all_layers(model):
+        if isinstance(layer, tf.keras.layers.Conv2D):
+            kernel_h, kernel_w, in_per_group, out_channels = layer.kernel.shape
+            _, out_h, out_w, _ = layer.output.shape
+            macs += out_h * out_w * out_channels * kernel_h * kernel_w * in_per_group
+        elif isinstance(layer, tf.keras.layers.Dense):
+            macs += int(np.prod(layer.kernel.shape))
+    return int(macs)
+
+
+def _all_layers(model):
+    for layer in model.layers:
+        if isinstance(layer, tf.keras.Model):
+            yield from _all_layers(layer)
+        else:
+            yield layer
+
+
+def profile_model(name: str, image_size: int | None = None, num_classes: int = 1000) -> dict:
+    """Params and GMACs of a registered model at `image_size` (default: its own input size)."""
+    from tfcnn.models import create_model, model_info
+
+    size = image_size or model_info(name).input_size
+    model = create_model(name, num_classes=num_classes, input_shape=(size, size, 3))
+    try:
+        return {"model": name, "image_size": size, "params": count_params(model),
+                "gmacs": count_macs(model) / 1e9}
+    finally:
+        del model
+        tf.keras.backend.clear_session()
+
+
+def main(argv=None):
+    import argparse
+
+    from tfcnn.models import list_models, model_info
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="all", help="comma-separated model names, or 'all'")
+    parser.add_argument("--image_size", type=int, default=None, help="default: each model's input size")
+    args = parser.parse_args(argv)
+    names = list_models() if args.models == "all" else [n.strip() for n in args.models.split(",") if n.strip()]
+    print(f"{'model':<22}{'size':>6}{'params':>14}{'GMACs':>9}{'reference':>11}")
+    for name in names:
+        row = profile_model(name, args.image_size)
+        print(f"{name:<22}{row['image_size']:>6}{row['params']:>14,}{row['gmacs']:>9.3f}"
+              f"{model_info(name).gmacs:>11.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
