@@ -16,3 +16,46 @@ def mixed_policy(request):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running (CI still runs them)")
+
+
+def _jpeg(path, size, color, mode="RGB", quality=95):
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", size, color)
+    ImageDraw.Draw(image).rectangle((size[0] // 4, size[1] // 4, size[0] // 2, size[1] // 2), fill=(250, 250, 250))
+    image.convert(mode).save(path, "JPEG", quality=quality)
+
+
+@pytest.fixture(scope="session")
+def raw_tree(tmp_path_factory):
+    """A small ImageNet-like tree with the awkward cases: uneven classes, a PNG named .JPEG, a CMYK
+    JPEG, a grayscale JPEG, a truncated JPEG, bounding-box XMLs, and a flat validation directory with a
+    synset-per-line label file."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("raw")
+    counts = {"n01": 5, "n02": 3, "n03": 7}
+    colors = {"n01": (200, 30, 30), "n02": (30, 200, 30), "n03": (30, 30, 200)}
+    for synset, count in counts.items():
+        (root / "train" / synset).mkdir(parents=True)
+        for i in range(count):
+            _jpeg(root / "train" / synset / f"{synset}_{i}.JPEG", (200 + 10 * i, 150), colors[synset])
+    Image.new("RGB", (180, 120), (10, 120, 240)).save(root / "train" / "n01" / "n01_png.JPEG", "PNG")
+    _jpeg(root / "train" / "n02" / "n02_cmyk.JPEG", (160, 140), (220, 40, 40), mode="CMYK")
+    _jpeg(root / "train" / "n03" / "n03_gray.JPEG", (150, 210), (90, 90, 90), mode="L")
+    good = (root / "train" / "n03" / "n03_0.JPEG").read_bytes()
+    (root / "train" / "n03" / "n03_truncated.JPEG").write_bytes(good[: len(good) // 2])
+    (root / "bbox" / "n01").mkdir(parents=True)
+    (root / "bbox" / "n01" / "n01_0.xml").write_text(
+        "<annotation><size><width>200</width><height>150</height></size>"
+        "<object><name>n01</name><bndbox><xmin>20</xmin><ymin>15</ymin><xmax>120</xmax><ymax>90</ymax></bndbox></object>"
+        "<object><name>n01</name><bndbox><xmin>150</xmin><ymin>0</ymin><xmax>240</xmax><ymax>75</ymax></bndbox></object>"
+        "</annotation>")
+    (root / "val").mkdir()
+    val_labels = []
+    for i, synset in enumerate(["n02", "n01", "n03", "n03", "n01"]):
+        _jpeg(root / "val" / f"VAL_{i:03d}.JPEG", (300, 220), colors[synset])
+        val_labels.append(synset)
+    (root / "val_labels.txt").write_text("\n".join(val_labels) + "\n")
+    (root / "metadata.txt").write_text("n01\tred thing\nn02\tgreen thing\nn03\tblue thing\nn99\tunused\n")
+    return root

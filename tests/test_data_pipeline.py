@@ -1,0 +1,159 @@
+"""tfcnn.data: rank sharding, exact validation coverage, training batches, resume, bad input."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from imagenet_prep import build_tfrecords as bt
+from tfcnn.data import pipeline, records
+
+MEAN, STD = (123.68, 116.78, 103.94), (58.395, 57.12, 57.375)
+
+
+@pytest.fixture(scope="module")
+def shards(raw_tree, tmp_path_factory):
+    """18 train records in 5 shards, 5 validation records in 3 shards (uneven on purpose)."""
+    out = tmp_path_factory.mktemp("pipeline_shards")
+    bt.build_tfrecords(str(out), str(raw_tree / "train"), str(raw_tree / "val"),
+                       validation_labels=str(raw_tree / "val_labels.txt"), bbox_dir=str(raw_tree / "bbox"),
+                       train_shards=5, validation_shards=3, resize="shorter:96", num_workers=1,
+                       log=lambda *_: None)
+    return str(out)
+
+
+@pytest.mark.parametrize("num_files, ranks", [(5, 1), (5, 2), (5, 3), (8, 8), (1024, 8), (3, 5)])
+def test_rank_file_sharding_is_disjoint_and_complete(num_files, ranks):
+    files = [f"f{i}" for i in range(num_files)]
+    parts = [pipeline.shard_files(files, ranks, r) for r in range(ranks)]
+    assert sorted(sum(parts, [])) == sorted(files)
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+def fingerprints(dataset):
+    """(label, rounded pixel sum) of every image: identifies images across rank splits."""
+    out = []
+    for images, labels in dataset:
+        sums = tf.reduce_sum(tf.cast(images, tf.float32), axis=[1, 2, 3]).numpy()
+        out += [(int(l), round(float(s), 1)) for l, s in zip(labels.numpy(), sums)]
+    return out
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 4, 7])
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_validation_sees_every_record_exactly_once(shards, batch_size, ranks):
+    reference = sorted(fingerprints(pipeline.build_dataset(shards, "validation", 5, 64, mean=MEAN, std=STD)))
+    assert len(reference) == 5
+    split = []
+    for rank in range(ranks):
+        split += fingerprints(pipeline.build_dataset(shards, "validation", batch_size, 64, mean=MEAN, std=STD,
+                                                     num_shards=ranks, shard_index=rank))
+    assert sorted(split) == reference
+    assert sorted(label for label, _ in reference) == [0, 0, 1, 2, 2]  # 1-based n01..n03 -> 0-based
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float16, tf.bfloat16])
+def test_training_batches_have_shape_dtype_and_range(shards, dtype):
+    ds = pipeline.build_dataset(shards, "train", 4, 56, mean=MEAN, std=STD, dtype=dtype, num_classes=3)
+    low = (0 - np.array(MEAN)) / np.array(STD)
+    high = (255 - np.array(MEAN)) / np.array(STD)
+    for images, labels in ds.take(10):  # 40 images: the stream crosses epoch boundaries (18 per epoch)
+        assert images.shape == (4, 56, 56, 3) and images.dtype == dtype
+        assert labels.shape == (4,) and labels.dtype == tf.int32
+        x = tf.cast(images, tf.float32).numpy()
+        assert np.all(x >= low - 0.02) and np.all(x <= high + 0.02)
+        assert x.std() > 0.1  # real pixels, not a constant
+        assert set(labels.numpy()) <= {0, 1, 2}
+
+
+def test_training_epoch_covers_every_record(shards):
+    ds = pipeline.build_dataset(shards, "train", 6, 32, num_classes=3, seed=5)
+    labels = np.concatenate([y.numpy() for _, y in ds.take(3)])  # 18 records = one epoch
+    assert np.bincount(labels, minlength=3).tolist() == [6, 4, 8]
+
+
+def test_per_rank_training_streams_are_disjoint(shards):
+    per_rank = [set(fingerprints(pipeline.build_dataset(shards, "train", 1, 32, num_classes=3, num_shards=2,
+                                                        shard_index=r, area_range=(1.0, 1.0),
+                                                        aspect_range=(1.0, 1.0)).take(6)))
+                for r in range(2)]
+    assert per_rank[0] and per_rank[1] and not per_rank[0] & per_rank[1]
+
+
+def test_resumed_stream_continues_exactly(shards):
+    def stream(start_step, steps):
+        ds = pipeline.build_dataset(shards, "train", 4, 48, mean=MEAN, std=STD, num_classes=3, seed=11,
+                                    start_step=start_step)
+        return [(x.numpy(), y.numpy()) for x, y in ds.take(steps)]
+
+    full = stream(0, 12)
+    resumed = stream(7, 5)  # step 7 is mid-epoch 2 (28 records in, 18 per epoch)
+    for (xa, ya), (xb, yb) in zip(full[7:], resumed):
+        np.testing.assert_array_equal(ya, yb)
+        np.testing.assert_array_equal(xa, xb)
+    other_seed = pipeline.build_dataset(shards, "train", 4, 48, mean=MEAN, std=STD, num_classes=3, seed=12)
+    assert not np.array_equal(next(iter(other_seed))[0].numpy(), full[0][0])
+
+
+def test_synthetic_data_has_the_requested_shapes():
+    ds = pipeline.build_dataset(None, "train", 3, 40, num_classes=7, dtype=tf.bfloat16)
+    (a, la), (b, lb) = list(ds.take(2))
+    assert a.shape == (3, 40, 40, 3) and a.dtype == tf.bfloat16 and la.dtype == tf.int32
+    assert np.array_equal(a.numpy(), b.numpy())  # generated once
+    assert np.all((la.numpy() >= 0) & (la.numpy() < 7))
+
+
+def test_number_of_classes_comes_from_labels_file(shards, tmp_path):
+    assert pipeline.num_classes_of(shards) == 3
+    assert pipeline.num_classes_of(str(tmp_path)) == 1000
+    assert pipeline.count_records(shards, pipeline.list_shards(shards, "train")) == 18
+
+
+def test_missing_shards_name_the_glob(tmp_path):
+    with pytest.raises(pipeline.DataError, match=r"no train shards in --data_dir .*train-\?\?\?\?\?-of-\?\?\?\?\?"):
+        pipeline.build_dataset(str(tmp_path), "train", 4, 32)
+    with pytest.raises(pipeline.DataError, match="batch_size must be a positive integer, received: 0"):
+        pipeline.build_dataset(str(tmp_path), "train", 0, 32)
+
+
+def test_more_ranks_than_train_shards_is_an_error(shards):
+    with pytest.raises(pipeline.DataError, match="5 train shards .* cannot feed 8 ranks"):
+        pipeline.build_dataset(shards, "train", 2, 32, num_shards=8, shard_index=7)
+
+
+def test_label_outside_the_model_classes_names_the_image(shards):
+    ds = pipeline.build_dataset(shards, "validation", 5, 32, num_classes=2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"label out of range.*VAL_00[24]\.JPEG"):
+        list(ds)
+
+
+def test_corrupt_record_is_found_and_named(tmp_path):
+    path = str(tmp_path / "train-00000-of-00001")
+    with tf.io.TFRecordWriter(path) as writer:
+        good = tf.io.encode_jpeg(tf.zeros([8, 8, 3], tf.uint8)).numpy()
+        writer.write(records.make_example(encoded=good, height=8, width=8, label=1, synset="a", text="a",
+                                          filename="ok.jpg").SerializeToString())
+        writer.write(records.make_example(encoded=good[:40], height=8, width=8, label=1, synset="a", text="a",
+                                          filename="broken.jpg").SerializeToString())
+    message = pipeline.find_corrupt_record([path])
+    assert message.startswith(f"{path}: record 1 (broken.jpg): ")
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        list(pipeline.build_dataset(str(tmp_path), "train", 2, 8, num_classes=1).take(1))
+
+
+def test_data_bench_command(shards, tmp_path):
+    out = tmp_path / "bench.json"
+    done = subprocess.run([sys.executable, "-m", "tfcnn.data.bench", f"--data_dir={shards}", "--batch_size=4",
+                           "--image_size=32", "--images=16", f"--output={out}"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert set(result["images_per_sec"]) == {"tfcnn", "decode_only", "classic"}
+    assert all(v > 0 for v in result["images_per_sec"].values())
+    assert "tfcnn" in done.stdout and "ratio" in done.stdout
+    missing = subprocess.run([sys.executable, "-m", "tfcnn.data.bench", f"--data_dir={tmp_path}"],
+                             capture_output=True, text=True, timeout=300)
+    assert missing.returncode != 0 and "no train shards" in missing.stderr

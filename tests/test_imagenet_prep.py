@@ -1,0 +1,283 @@
+"""imagenet_prep: raw image trees -> shards, read back and checked field by field."""
+import glob
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from imagenet_prep import build_tfrecords as bt
+from imagenet_prep.images import ResizeSpec, convert_image, parse_resize, read_bbox_xml
+from tfcnn.data import records
+
+
+def read_shards(output_dir, split):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(output_dir, f"{split}-*"))):
+        for serialized in tf.data.TFRecordDataset(path):
+            f = tf.io.parse_single_example(serialized, records.FEATURES)
+            rows.append({
+                "shard": os.path.basename(path),
+                "encoded": f["image/encoded"].numpy(),
+                "height": int(f["image/height"]), "width": int(f["image/width"]),
+                "label": int(f["image/class/label"]),
+                "synset": f["image/class/synset"].numpy().decode(),
+                "text": f["image/class/text"].numpy().decode(),
+                "filename": f["image/filename"].numpy().decode(),
+                "format": f["image/format"].numpy().decode(),
+                "colorspace": f["image/colorspace"].numpy().decode(),
+                "channels": int(f["image/channels"]),
+                "boxes": [tuple(tf.sparse.to_dense(f[f"image/object/bbox/{k}"]).numpy().tolist())
+                          for k in ("xmin", "ymin", "xmax", "ymax")],
+                "box_labels": tf.sparse.to_dense(f["image/object/bbox/label"]).numpy().tolist(),
+            })
+    return rows
+
+
+def quantization_of(jpeg_bytes):
+    with Image.open(io.BytesIO(jpeg_bytes)) as image:
+        return image.quantization
+
+
+def reference_quantization(quality):
+    out = io.BytesIO()
+    Image.new("RGB", (16, 16)).save(out, "JPEG", quality=quality)
+    return quantization_of(out.getvalue())
+
+
+def build(raw, out, **kwargs):
+    args = dict(train_dir=str(raw / "train"), validation_dir=str(raw / "val"),
+                validation_labels=str(raw / "val_labels.txt"), bbox_dir=str(raw / "bbox"),
+                metadata_file=str(raw / "metadata.txt"), train_shards=4, validation_shards=2,
+                resize="shorter:96", num_workers=1, log=lambda *_: None)
+    args.update(kwargs)
+    return bt.build_tfrecords(str(out), **args)
+
+
+# ------------------------------------------------------------------------------------------ units
+
+@pytest.mark.parametrize("spec, size, expected", [
+    ("shorter:96", (200, 150), (128, 96)),
+    ("shorter:96", (80, 60), (80, 60)),  # never upscale unless asked
+    ("stretch:64x48", (200, 150), (64, 48)),
+    ("none", (200, 150), (200, 150)),
+])
+def test_resize_target_sizes(spec, size, expected):
+    assert parse_resize(spec).target_size(*size) == expected
+
+
+def test_upscale_only_when_asked():
+    assert parse_resize("shorter:96", upscale=True).target_size(80, 60) == (128, 96)
+
+
+@pytest.mark.parametrize("spec", ["shorter", "shorter:0", "stretch:10", "big", "shorter:-3", ""])
+def test_unknown_resize_spec_is_rejected(spec):
+    with pytest.raises(ValueError, match="unknown resize spec"):
+        parse_resize(spec)
+
+
+def test_rgb_jpeg_needing_no_resize_keeps_its_bytes():
+    out = io.BytesIO()
+    Image.new("RGB", (50, 40), (1, 2, 3)).save(out, "JPEG", quality=75)
+    converted = convert_image(out.getvalue(), parse_resize("shorter:96"), 90)
+    assert converted.jpeg == out.getvalue() and not converted.reencoded
+
+
+def test_png_and_cmyk_are_detected_by_content_and_become_rgb_jpeg():
+    png = io.BytesIO()
+    Image.new("RGBA", (40, 30), (10, 200, 30, 255)).save(png, "PNG")
+    cmyk = io.BytesIO()
+    Image.new("RGB", (40, 30), (220, 40, 40)).convert("CMYK").save(cmyk, "JPEG", quality=95)
+    for data, source in ((png.getvalue(), "PNG"), (cmyk.getvalue(), "JPEG")):
+        converted = convert_image(data, ResizeSpec("none"), 90)
+        assert converted.source_format == source and converted.reencoded
+        decoded = tf.io.decode_jpeg(converted.jpeg).numpy()
+        assert decoded.shape == (30, 40, 3)
+    assert tuple(decoded[15, 20]) == pytest.approx((220, 40, 40), abs=12)  # CMYK colours survive
+
+
+def test_truncated_jpeg_raises():
+    out = io.BytesIO()
+    Image.effect_noise((120, 90), 50).convert("RGB").save(out, "JPEG")
+    with pytest.raises(OSError):
+        convert_image(out.getvalue()[:600], ResizeSpec("none"), 90)
+
+
+def test_bbox_xml_is_normalized_clipped_and_ordered(tmp_path):
+    path = tmp_path / "a.xml"
+    path.write_text("<annotation><size><width>200</width><height>100</height></size><object><bndbox>"
+                    "<xmin>150</xmin><ymin>10</ymin><xmax>50</xmax><ymax>130</ymax></bndbox></object></annotation>")
+    assert read_bbox_xml(str(path)) == [(0.25, 0.1, 0.75, 1.0)]
+
+
+# ------------------------------------------------------------------------------------ full builds
+
+@pytest.fixture(scope="module")
+def built(raw_tree, tmp_path_factory):
+    out = tmp_path_factory.mktemp("shards")
+    return out, build(raw_tree, out)
+
+
+def test_build_writes_complete_records(built, raw_tree):
+    out, summary = built
+    assert sorted(os.listdir(out)) == sorted(
+        [records.LABELS_FILE, records.METADATA_FILE] + [f"train-{i:05d}-of-00004" for i in range(4)]
+        + [f"validation-{i:05d}-of-00002" for i in range(2)])
+    assert records.read_labels(str(out)) == [("n01", "red thing"), ("n02", "green thing"), ("n03", "blue thing")]
+    rows = read_shards(out, "train")
+    by_name = {r["filename"]: r for r in rows}
+    # 18 readable images of uneven classes; the truncated one is skipped and named.
+    assert len(rows) == 18 and "n03_truncated.JPEG" not in by_name
+    assert summary["train"]["images_written"] == 18 and summary["train"]["images_skipped"] == 1
+    assert summary["train"]["skipped"][0][0].endswith("n03_truncated.JPEG")
+    assert {s: sum(r["synset"] == s for r in rows) for s in ("n01", "n02", "n03")} == {"n01": 6, "n02": 4, "n03": 8}
+    q90 = reference_quantization(90)
+    for row in rows:
+        assert row["label"] == {"n01": 1, "n02": 2, "n03": 3}[row["synset"]]
+        assert row["text"] == {"n01": "red thing", "n02": "green thing", "n03": "blue thing"}[row["synset"]]
+        assert row["filename"].startswith(row["synset"])
+        assert (row["format"], row["colorspace"], row["channels"]) == ("JPEG", "RGB", 3)
+        image = tf.io.decode_jpeg(row["encoded"]).numpy()
+        assert image.shape == (row["height"], row["width"], 3)  # header matches the stored image
+        assert min(image.shape[:2]) == 96
+        assert quantization_of(row["encoded"]) == q90
+    assert (by_name["n01_0.JPEG"]["width"], by_name["n01_0.JPEG"]["height"]) == (128, 96)
+    assert (by_name["n01_png.JPEG"]["width"], by_name["n01_png.JPEG"]["height"]) == (144, 96)
+    assert (by_name["n03_gray.JPEG"]["width"], by_name["n03_gray.JPEG"]["height"]) == (96, 134)
+    boxes = by_name["n01_0.JPEG"]["boxes"]
+    assert list(zip(*boxes)) == [pytest.approx((0.1, 0.1, 0.6, 0.6)), pytest.approx((0.75, 0.0, 1.0, 0.5))]
+    assert by_name["n01_0.JPEG"]["box_labels"] == [1, 1]
+    assert by_name["n01_1.JPEG"]["boxes"] == [(), (), (), ()]
+
+
+def test_validation_labels_follow_the_label_file(built):
+    out, summary = built
+    rows = sorted(read_shards(out, "validation"), key=lambda r: r["filename"])
+    assert [(r["filename"], r["synset"], r["label"]) for r in rows] == [
+        ("VAL_000.JPEG", "n02", 2), ("VAL_001.JPEG", "n01", 1), ("VAL_002.JPEG", "n03", 3),
+        ("VAL_003.JPEG", "n03", 3), ("VAL_004.JPEG", "n01", 1)]
+    assert summary["validation"]["images_written"] == 5
+
+
+def test_metadata_counts_every_shard(built):
+    out, _ = built
+    meta = records.read_metadata(str(out))
+    for split, total in (("train", 18), ("validation", 5)):
+        shards = meta["splits"][split]["shards"]
+        assert sum(shards.values()) == total == meta["splits"][split]["num_records"]
+        for name, count in shards.items():
+            assert sum(1 for _ in tf.data.TFRecordDataset(str(out / name))) == count
+    assert meta["options"] == {"resize": "shorter:96", "quality": 90} and meta["num_classes"] == 3
+
+
+def test_training_shuffle_is_fixed_and_mixes_classes(built, raw_tree, tmp_path):
+    out, _ = built
+    build(raw_tree, tmp_path, validation_dir=None)
+    for name in (f"train-{i:05d}-of-00004" for i in range(4)):
+        assert (tmp_path / name).read_bytes() == (out / name).read_bytes()
+    first_shard = {r["synset"] for r in read_shards(out, "train") if r["shard"] == "train-00000-of-00004"}
+    assert len(first_shard) > 1
+
+
+def test_interrupted_build_resumes_to_identical_shards(built, raw_tree, tmp_path, monkeypatch):
+    out, _ = built
+    real_convert = bt.convert_shard
+    calls = []
+
+    def convert_then_interrupt(*args, **kwargs):
+        calls.append(args[1])
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # as Ctrl-C during the third shard
+        return real_convert(*args, **kwargs)
+
+    monkeypatch.setattr(bt, "convert_shard", convert_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        build(raw_tree, tmp_path)
+    assert sorted(n for n in os.listdir(tmp_path) if n.startswith("train")) == sorted(calls[:2])
+    (tmp_path / ".train-00003-of-00004.tmp-999").write_bytes(b"partial")  # as left by a killed worker
+    monkeypatch.setattr(bt, "convert_shard", real_convert)
+    summary = build(raw_tree, tmp_path)
+    assert summary["train"]["shards_already_complete"] == 2
+    assert sorted(os.listdir(tmp_path)) == sorted(os.listdir(out))
+    for name in os.listdir(out):
+        if records.is_shard_name(name):
+            assert (tmp_path / name).read_bytes() == (out / name).read_bytes(), name
+    assert records.read_metadata(str(tmp_path))["splits"] == records.read_metadata(str(out))["splits"]
+
+
+def test_parallel_workers_give_the_same_shards(built, raw_tree, tmp_path):
+    out, _ = built
+    build(raw_tree, tmp_path, num_workers=2)
+    for name in os.listdir(out):
+        if records.is_shard_name(name):
+            assert (tmp_path / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_validation_in_class_folders_and_own_dataset(tmp_path):
+    """Any class-per-folder dataset: labels from sorted folder names, classes text defaults to the name."""
+    for split, n in (("train", 3), ("val", 2)):
+        for cls in ("zebra", "apple"):
+            (tmp_path / split / cls).mkdir(parents=True)
+            for i in range(n):
+                Image.new("RGB", (40, 30), (i * 40, 80, 20)).save(tmp_path / split / cls / f"{i}.jpg")
+    summary = bt.build_tfrecords(str(tmp_path / "out"), str(tmp_path / "train"), str(tmp_path / "val"),
+                                 train_shards=2, validation_shards=1, resize="none", num_workers=1,
+                                 log=lambda *_: None)
+    assert records.read_labels(str(tmp_path / "out")) == [("apple", "apple"), ("zebra", "zebra")]
+    rows = read_shards(tmp_path / "out", "validation")
+    assert sorted((r["synset"], r["label"]) for r in rows) == [("apple", 1)] * 2 + [("zebra", 2)] * 2
+    assert summary["train"]["images_written"] == 6
+
+
+# ------------------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(train_dir="/nonexistent/train"), "--train_dir /nonexistent/train does not exist"),
+    (dict(resize="shorter:abc"), "unknown resize spec: 'shorter:abc'"),
+    (dict(quality=0), "--quality must be between 1 and 100, received: 0"),
+    (dict(train_shards=0), "--train_shards must be between 1 and 99999, received: 0"),
+    (dict(validation_labels=None), "needs --validation_labels"),
+    (dict(train_dir=None, validation_dir=None), "nothing to build"),
+])
+def test_bad_input_fails_before_any_work(raw_tree, tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        build(raw_tree, tmp_path / "out", **kwargs)
+    assert not glob.glob(str(tmp_path / "out" / "*-of-*"))
+
+
+def test_empty_inputs_are_clear_errors(raw_tree, tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(bt.BuildError, match="is empty"):
+        build(raw_tree, tmp_path / "out", train_dir=str(tmp_path / "empty"), validation_dir=None)
+    (tmp_path / "t" / "a").mkdir(parents=True)
+    (tmp_path / "t" / "b").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "t" / "a" / "x.jpg")
+    with pytest.raises(bt.BuildError, match="class folder 'b' holds no images"):
+        build(raw_tree, tmp_path / "out", train_dir=str(tmp_path / "t"), validation_dir=None)
+
+
+def test_rebuild_with_other_options_is_refused(built, raw_tree):
+    out, _ = built
+    with pytest.raises(bt.BuildError, match="built with .*shorter:96.*not.*quality': 80"):
+        build(raw_tree, out, quality=80)
+    with pytest.raises(bt.BuildError, match="another build"):
+        build(raw_tree, out, train_shards=3)
+
+
+def test_command_line(raw_tree, tmp_path):
+    cmd = [sys.executable, "-m", "imagenet_prep.build_tfrecords", f"--train_dir={raw_tree / 'train'}",
+           f"--output_dir={tmp_path}", "--train_shards=2", "--resize=stretch:64x48", "--num_workers=2"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "train done: 18 images written, 1 skipped" in done.stdout
+    assert "n03_truncated.JPEG" in done.stdout
+    assert all((r["width"], r["height"]) == (64, 48) for r in read_shards(tmp_path, "train"))
+    bad = subprocess.run(cmd[:-3] + ["--resize=huge"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "unknown resize spec: 'huge'" in bad.stderr
+    meta = json.loads((tmp_path / "dataset.json").read_text())
+    assert meta["splits"]["train"]["num_records"] == 18

@@ -1,0 +1,109 @@
+"""Input-pipeline throughput against baselines over the same records, measured in one process.
+
+    python -m tfcnn.data.bench --data_dir DIR [--batch_size 64] [--image_size 224] [--images 3000]
+
+Pipelines (all read the same train shards with the same tf.data parallelism):
+- tfcnn: the training pipeline (fused decode-and-crop, resize, flip, normalize, batch);
+- decode_only: full `decode_jpeg` of every record, nothing else (no augmentation, no resize);
+- classic: the older scripts' training path: full decode, then a distorted-bounding-box crop, resize,
+  flip, normalize, batch.
+Prints images/s (and per core) and each ratio against tfcnn; `--output FILE` writes the figures as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import tensorflow as tf
+
+from tfcnn.data import pipeline, preprocessing, records
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def _records(files):
+    ds = tf.data.Dataset.from_tensor_slices(files).repeat()
+    return ds.interleave(pipeline.read_records, cycle_length=min(len(files), 16), num_parallel_calls=AUTOTUNE)
+
+
+def decode_only_dataset(files, batch_size):
+    """Full decode of each record; only the decoded shape leaves the map, so nothing else is measured."""
+    def decode(serialized):
+        return tf.shape(tf.io.decode_jpeg(records.parse_example(serialized)["encoded"], channels=3))
+    return _records(files).map(decode, num_parallel_calls=AUTOTUNE).batch(batch_size).prefetch(AUTOTUNE)
+
+
+def classic_dataset(files, batch_size, image_size, mean, std):
+    """Decode the whole image, then crop: what the fused decode-and-crop replaces."""
+    def transform(serialized):
+        features = records.parse_example(serialized)
+        image = tf.io.decode_jpeg(features["encoded"], channels=3)
+        begin, size, _ = tf.image.sample_distorted_bounding_box(
+            tf.shape(image), tf.expand_dims(features["boxes"], 0), min_object_covered=0.1,
+            aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0), max_attempts=10,
+            use_image_if_no_bounding_boxes=True)
+        image = tf.slice(image, begin, size)
+        image = tf.image.resize(image, [image_size, image_size])
+        return tf.image.random_flip_left_right(image), features["label"]
+    ds = _records(files).map(transform, num_parallel_calls=AUTOTUNE).batch(batch_size, drop_remainder=True)
+    ds = ds.map(lambda x, y: (preprocessing.normalize_batch(x, mean, std, tf.float32), y))
+    return ds.prefetch(AUTOTUNE)
+
+
+def images_per_second(dataset, batch_size, images, warmup_batches=3):
+    """Mean images/s over `images` images after `warmup_batches` batches (thread-pool spin-up)."""
+    batches = max(1, images // batch_size)
+    iterator = iter(dataset)
+    for _ in range(warmup_batches):
+        next(iterator)
+    start = time.perf_counter()
+    for _ in range(batches):
+        next(iterator)
+    return batches * batch_size / (time.perf_counter() - start)
+
+
+def run(data_dir, batch_size=64, image_size=224, images=3000, mean=(123.68, 116.78, 103.94),
+        std=(58.395, 57.12, 57.375)) -> dict:
+    files = pipeline.list_shards(data_dir, "train")
+    datasets = {
+        "tfcnn": pipeline.build_dataset(data_dir, "train", batch_size, image_size, mean=mean, std=std,
+                                        num_classes=pipeline.num_classes_of(data_dir), deterministic=False),
+        "decode_only": decode_only_dataset(files, batch_size),
+        "classic": classic_dataset(files, batch_size, image_size, mean, std),
+    }
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    results = {name: images_per_second(ds, batch_size, images) for name, ds in datasets.items()}
+    return {"data_dir": data_dir, "batch_size": batch_size, "image_size": image_size, "cores": cores,
+            "images_per_sec": results,
+            "images_per_sec_per_core": {k: v / cores for k, v in results.items()},
+            "ratio_tfcnn_vs": {k: results["tfcnn"] / v for k, v in results.items() if k != "tfcnn"}}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data_dir", required=True)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--image_size", type=int, default=224)
+    parser.add_argument("--images", type=int, default=3000, help="images timed per pipeline, after warmup")
+    parser.add_argument("--output", help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+    try:
+        result = run(args.data_dir, args.batch_size, args.image_size, args.images)
+    except pipeline.DataError as error:
+        sys.exit(f"tfcnn.data.bench: error: {error}")
+    print(f"{'pipeline':<14}{'img/s':>10}{'img/s/core':>12}{'tfcnn ratio':>13}   ({result['cores']} cores, "
+          f"batch {args.batch_size}, {args.image_size} px)")
+    for name, rate in result["images_per_sec"].items():
+        ratio = result["ratio_tfcnn_vs"].get(name)
+        print(f"{name:<14}{rate:>10.1f}{result['images_per_sec_per_core'][name]:>12.1f}"
+              f"{(f'{ratio:.2f}x' if ratio else '-'):>13}")
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""build_dataset: TFRecord shards -> per-rank file shard -> decoded, augmented, normalized batches.
+
+Training stream (per rank): every epoch, this rank's files in a seeded order, read interleaved and
+shuffled through a buffer; each record is decoded with a stateless random crop/flip seeded by
+(epoch seed, position), batched with drop_remainder across epoch boundaries, normalized per batch and
+prefetched. The stream is a pure function of (seed, rank's files, start_step): a run resumed at step
+k sees exactly the batches an uninterrupted run sees from step k on.
+
+Validation: this rank's files in order, centre crop, every record exactly once over all ranks (the
+last batch may be partial), no repeat.
+"""
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+
+from tfcnn.data import preprocessing, records
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+class DataError(ValueError):
+    """The data directory or its records cannot serve the request."""
+
+
+def list_shards(data_dir: str, split: str) -> list[str]:
+    """All shard files of a split, sorted; an error naming the glob when there are none."""
+    if split not in records.SPLITS:
+        raise DataError(f"split must be one of {', '.join(records.SPLITS)}, received: {split!r}")
+    pattern = os.path.join(data_dir, records.shard_pattern(split))
+    files = sorted(tf.io.gfile.glob(pattern))
+    if not files:
+        raise DataError(f"no {split} shards in --data_dir {data_dir}: nothing matches {pattern} "
+                        f"(make them with `python -m imagenet_prep.build_tfrecords`)")
+    return files
+
+
+def shard_files(files: list[str], num_shards: int, shard_index: int) -> list[str]:
+    """This rank's files: every num_shards-th file from shard_index (disjoint, together complete)."""
+    if not 0 <= shard_index < num_shards:
+        raise DataError(f"shard_index must be in [0, {num_shards}), received: {shard_index}")
+    return files[shard_index::num_shards]
+
+
+def count_records(data_dir: str, files: list[str]) -> int:
+    """Records in `files`, from dataset.json when it knows them all, else by reading the files."""
+    known = {}
+    for split in records.read_metadata(data_dir).get("splits", {}).values():
+        known.update(split.get("shards", {}))
+    names = [os.path.basename(f) for f in files]
+    if all(n in known for n in names):
+        return sum(known[n] for n in names)
+    return int(tf.data.TFRecordDataset(files).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+
+
+def num_classes_of(data_dir: str | None, default: int = 1000) -> int:
+    """Number of classes from labels.txt beside the shards, else `default`."""
+    labels = records.read_labels(data_dir) if data_dir else None
+    return len(labels) if labels else default
+
+
+def build_dataset(data_dir: str | None, split: str, batch_size: int, image_size: int, *,
+                  mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), dtype=tf.float32, num_classes: int = 1000,
+                  num_shards: int = 1, shard_index: int = 0, seed: int = 0, start_step: int = 0,
+                  crop_fraction: float = 0.875, area_range=(0.08, 1.0), aspect_range=(3 / 4, 4 / 3),
+                  shuffle_buffer: int = 10_000, synthetic: bool = False, deterministic: bool = True):
+    """A dataset of (images [batch, size, size, 3] in `dtype`, labels int32 [batch]).
+
+    split 'train': infinite, augmented, batches of exactly batch_size, starting at `start_step`.
+    split 'validation': one pass, centre crops, the last batch may be smaller.
+    data_dir None or synthetic=True: random images generated once and repeated (benchmarks).
+    num_shards / shard_index: the Horovod size / rank; each rank reads a disjoint set of files.
+    """
+    _check_args(batch_size, image_size, num_classes, start_step, area_range, aspect_range, crop_fraction)
+    if synthetic or data_dir is None:
+        return synthetic_dataset(batch_size, image_size, num_classes, dtype, seed)
+    files = shard_files(list_shards(data_dir, split), num_shards, shard_index)
+    options = tf.data.Options()
+    options.deterministic = deterministic
+    options.experimental_optimization.map_parallelization = True
+    if split == "train":
+        if not files:
+            raise DataError(f"{len(list_shards(data_dir, split))} train shards in {data_dir} cannot feed "
+                            f"{num_shards} ranks: rebuild with at least {num_shards} --train_shards")
+        per_epoch = count_records(data_dir, files)
+        ds = _train_records(files, per_epoch, seed, start_step * batch_size, shuffle_buffer)
+
+        def transform(element_seed, serialized):
+            features = _checked(records.parse_example(serialized), num_classes)
+            image = preprocessing.train_image(features["encoded"], features["boxes"], element_seed, image_size,
+                                              area_range, aspect_range)
+            return image, features["label"]
+
+        ds = ds.map(transform, num_parallel_calls=AUTOTUNE).batch(batch_size, drop_remainder=True)
+    else:
+        ds = tf.data.Dataset.from_tensor_slices(tf.constant(files, tf.string))
+        ds = ds.interleave(read_records, cycle_length=4, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+        def transform(serialized):
+            features = _checked(records.parse_example(serialized), num_classes)
+            return preprocessing.eval_image(features["encoded"], image_size, crop_fraction), features["label"]
+
+        ds = ds.map(transform, num_parallel_calls=AUTOTUNE).batch(batch_size, drop_remainder=False)
+    ds = ds.map(lambda images, labels: (preprocessing.normalize_batch(images, mean, std, dtype), labels),
+                num_parallel_calls=AUTOTUNE)
+    return ds.prefetch(AUTOTUNE).with_options(options)
+
+
+def read_records(path):
+    """Records of one shard file, with a large read buffer (fewer, bigger reads)."""
+    return tf.data.TFRecordDataset(path, buffer_size=8 << 20)
+
+
+def _train_records(files, per_epoch, seed, start_record, shuffle_buffer):
+    """(element seed [2], serialized record) over endless epochs, from record number start_record on.
+
+    Epoch e shuffles files and records with seed + e; the element seed is (seed + e, position in the
+    epoch). Skipping happens on raw records, before any decoding, so resuming mid-epoch is cheap.
+    """
+    if per_epoch < 1:
+        raise DataError(f"the training shards {files[:3]}... hold no records")
+    start_epoch, offset = divmod(start_record, per_epoch)
+    files = tf.constant(files, tf.string)
+
+    def epoch(e):
+        epoch_seed = tf.cast(seed, tf.int64) + e
+        ds = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=epoch_seed)
+        ds = ds.interleave(read_records, cycle_length=min(len(files), 16), block_length=1,
+                           num_parallel_calls=AUTOTUNE, deterministic=True)
+        ds = ds.shuffle(shuffle_buffer, seed=epoch_seed).enumerate()
+        return ds.map(lambda i, record: (tf.stack([epoch_seed, i]), record))
+
+    return tf.data.Dataset.range(start_epoch, 2**62).flat_map(epoch).skip(offset)
+
+
+def _checked(features, num_classes):
+    """Fails with the record's file name if its label does not fit the model's classes."""
+    label = features["label"]
+    ok = tf.logical_and(label >= 0, label < num_classes)
+    with tf.control_dependencies([tf.debugging.Assert(ok, [
+            "label out of range [1, num_classes] in record of image", features["filename"],
+            "label (1-based):", label + 1, "num_classes:", num_classes])]):
+        features["label"] = tf.identity(label)
+    return features
+
+
+def synthetic_dataset(batch_size, image_size, num_classes, dtype=tf.float32, seed=0):
+    """One random batch, generated once, repeated forever: input-pipeline-free benchmarking."""
+    images = tf.random.stateless_normal([batch_size, image_size, image_size, 3], seed=[seed, 1], dtype=tf.float32)
+    labels = tf.random.stateless_uniform([batch_size], seed=[seed, 2], maxval=num_classes, dtype=tf.int32)
+    return tf.data.Dataset.from_tensors((tf.cast(images, dtype), labels)).repeat()
+
+
+def _check_args(batch_size, image_size, num_classes, start_step, area_range, aspect_range, crop_fraction):
+    for name, value in (("batch_size", batch_size), ("image_size", image_size), ("num_classes", num_classes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise DataError(f"{name} must be a positive integer, received: {value!r}")
+    if start_step < 0:
+        raise DataError(f"start_step must be >= 0, received: {start_step}")
+    if not (0 < area_range[0] <= area_range[1] <= 1):
+        raise DataError(f"area_range must satisfy 0 < min <= max <= 1, received: {area_range}")
+    if not (0 < aspect_range[0] <= aspect_range[1]):
+        raise DataError(f"aspect_range must satisfy 0 < min <= max, received: {aspect_range}")
+    if not 0 < crop_fraction <= 1:
+        raise DataError(f"crop_fraction must be in (0, 1], received: {crop_fraction}")
+
+
+def find_corrupt_record(files: list[str]) -> str | None:
+    """Reads `files` one by one and returns a description of the first record that cannot be parsed
+    or decoded (file, record number, error), or None. Slow: for explaining a pipeline failure."""
+    for path in files:
+        try:
+            for index, serialized in enumerate(tf.data.TFRecordDataset(path)):
+                name = ""
+                try:
+                    features = records.parse_example(serialized)
+                    name = f" ({features['filename'].numpy().decode(errors='replace')})"
+                    tf.io.decode_jpeg(features["encoded"], channels=3)
+                except (tf.errors.OpError, ValueError) as error:
+                    return f"{path}: record {index}{name}: {_first_line(error)}"
+        except tf.errors.OpError as error:
+            return f"{path}: unreadable TFRecord file: {_first_line(error)}"
+    return None
+
+
+def _first_line(error) -> str:
+    return (getattr(error, "message", None) or str(error)).strip().splitlines()[0]

@@ -1,0 +1,140 @@
+"""The TFRecord schema, shared by `imagenet_prep` (writer) and `tfcnn.data` (reader).
+
+The features are those of TensorFlow's Inception ImageNet conversion script, so shards made by older
+tools read here too. Labels are 1-based (0 is reserved for "background"); the reader shifts them to
+0-based class indices. Bounding boxes are normalized to [0, 1] of the stored image.
+
+Beside the shards, `imagenet_prep` writes:
+- `labels.txt`: one line per class, `<synset>\t<human-readable text>`; line i is label i (1-based);
+- `dataset.json`: the number of records in every shard, so the pipeline knows the epoch length
+  without reading the data, and the options the shards were built with.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import tensorflow as tf
+
+LABELS_FILE = "labels.txt"
+METADATA_FILE = "dataset.json"
+SPLITS = ("train", "validation")
+_SHARD_RE = re.compile(r"^(?P<split>train|validation)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
+
+FEATURES = {
+    "image/encoded": tf.io.FixedLenFeature([], tf.string),
+    "image/format": tf.io.FixedLenFeature([], tf.string, default_value="JPEG"),
+    "image/height": tf.io.FixedLenFeature([], tf.int64, default_value=0),
+    "image/width": tf.io.FixedLenFeature([], tf.int64, default_value=0),
+    "image/colorspace": tf.io.FixedLenFeature([], tf.string, default_value="RGB"),
+    "image/channels": tf.io.FixedLenFeature([], tf.int64, default_value=3),
+    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+    "image/class/synset": tf.io.FixedLenFeature([], tf.string, default_value=""),
+    "image/class/text": tf.io.FixedLenFeature([], tf.string, default_value=""),
+    "image/object/bbox/xmin": tf.io.VarLenFeature(tf.float32),
+    "image/object/bbox/ymin": tf.io.VarLenFeature(tf.float32),
+    "image/object/bbox/xmax": tf.io.VarLenFeature(tf.float32),
+    "image/object/bbox/ymax": tf.io.VarLenFeature(tf.float32),
+    "image/object/bbox/label": tf.io.VarLenFeature(tf.int64),
+    "image/filename": tf.io.FixedLenFeature([], tf.string, default_value=""),
+}
+
+
+def shard_name(split: str, index: int, count: int) -> str:
+    """`train-00000-of-01024`: the names the Inception scripts use."""
+    return f"{split}-{index:05d}-of-{count:05d}"
+
+
+def shard_pattern(split: str) -> str:
+    return f"{split}-?????-of-?????"
+
+
+def is_shard_name(name: str) -> bool:
+    return _SHARD_RE.match(name) is not None
+
+
+def make_example(*, encoded: bytes, height: int, width: int, label: int, synset: str, text: str,
+                 filename: str, boxes=(), image_format: str = "JPEG") -> tf.train.Example:
+    """One record. boxes: (xmin, ymin, xmax, ymax) tuples normalized to [0, 1]; they take the image's label."""
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+    def floats(values):
+        return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
+    def strings(values):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[v.encode() if isinstance(v, str) else v for v in values]))
+
+    boxes = list(boxes)
+    feature = {
+        "image/encoded": strings([encoded]),
+        "image/format": strings([image_format]),
+        "image/height": ints([height]),
+        "image/width": ints([width]),
+        "image/colorspace": strings(["RGB"]),
+        "image/channels": ints([3]),
+        "image/class/label": ints([label]),
+        "image/class/synset": strings([synset]),
+        "image/class/text": strings([text]),
+        "image/object/bbox/xmin": floats(b[0] for b in boxes),
+        "image/object/bbox/ymin": floats(b[1] for b in boxes),
+        "image/object/bbox/xmax": floats(b[2] for b in boxes),
+        "image/object/bbox/ymax": floats(b[3] for b in boxes),
+        "image/object/bbox/label": ints([label] * len(boxes)),
+        "image/filename": strings([filename]),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature))
+
+
+def parse_example(serialized: tf.Tensor) -> dict:
+    """Parses one serialized record into dense tensors.
+
+    Returns encoded (string), label (int32, 0-based), boxes (float32 [N, 4] as ymin, xmin, ymax, xmax,
+    the order `tf.image.sample_distorted_bounding_box` takes), height, width, synset, filename.
+    """
+    f = tf.io.parse_single_example(serialized, FEATURES)
+    coords = [tf.sparse.to_dense(f[f"image/object/bbox/{k}"]) for k in ("ymin", "xmin", "ymax", "xmax")]
+    return {
+        "encoded": f["image/encoded"],
+        "label": tf.cast(f["image/class/label"], tf.int32) - 1,
+        "boxes": tf.stack(coords, axis=1),
+        "height": f["image/height"],
+        "width": f["image/width"],
+        "synset": f["image/class/synset"],
+        "filename": f["image/filename"],
+    }
+
+
+def write_labels(output_dir: str, classes: list[tuple[str, str]]) -> None:
+    """classes: [(synset, text)] in label order (label = position + 1)."""
+    lines = "".join(f"{synset}\t{text}\n" for synset, text in classes)
+    atomic_write_text(os.path.join(output_dir, LABELS_FILE), lines)
+
+
+def read_labels(data_dir: str) -> list[tuple[str, str]] | None:
+    """[(synset, text)] from `labels.txt` beside the shards, or None when there is none."""
+    path = os.path.join(data_dir, LABELS_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        rows = [line.rstrip("\n").split("\t", 1) for line in f if line.strip()]
+    return [(row[0], row[1] if len(row) > 1 else "") for row in rows]
+
+
+def read_metadata(data_dir: str) -> dict:
+    """`dataset.json` beside the shards, or {} when there is none."""
+    path = os.path.join(data_dir, METADATA_FILE)
+    if not tf.io.gfile.exists(path):
+        return {}
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Writes via a temporary file and a rename, so readers never see half a file."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
