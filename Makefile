@@ -49,7 +49,7 @@ test: install
 	$(VENV)/bin/python -m pytest tests $(PYTEST_ARGS)
 
 demo: install
-	$(VENV)/bin/python -m tfcnn.models
+	VENV_BIN=$(VENV)/bin examples/demo.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

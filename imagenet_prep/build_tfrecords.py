@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from imagenet_prep.images import ResizeSpec, convert_image, parse_resize, read_bbox_xml
 from tfcnn.data import records
+from tfcnn.fileio import atomic_write_text
 
 IMAGE_EXTENSIONS = {".jpeg", ".jpg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 SHUFFLE_SEED = 12345
@@ -339,7 +340,7 @@ def _build_split(output_dir, split, shards, spec, quality, num_workers, metadata
     def finished(result):
         results.append(result)
         split_meta["shards"][result.name] = result.written
-        records.atomic_write_text(os.path.join(output_dir, records.METADATA_FILE), _json(metadata))
+        atomic_write_text(os.path.join(output_dir, records.METADATA_FILE), _json(metadata))
         progress.update(shard_sizes[result.name])
 
     start = time.time()
@@ -358,7 +359,7 @@ def _build_split(output_dir, split, shards, spec, quality, num_workers, metadata
                 raise
     split_meta["num_records"] = sum(split_meta["shards"].values())
     split_meta["complete"] = len(split_meta["shards"]) == len(shards)
-    records.atomic_write_text(os.path.join(output_dir, records.METADATA_FILE), _json(metadata))
+    atomic_write_text(os.path.join(output_dir, records.METADATA_FILE), _json(metadata))
     return _summarize(split, results, time.time() - start, log)
 
 

@@ -60,16 +60,22 @@ def draw_shape(shape: str, width: int, height: int, rng: random.Random) -> tuple
 
 
 def make_dataset(output_dir: str, num_classes: int = 4, train_per_class: int = 100, val_per_class: int = 25,
-                 min_size: int = 64, max_size: int = 160, quality: int = 95, seed: int = 0) -> dict[str, str]:
-    """Writes the tree; returns {'train': dir, 'val': dir, 'bbox': dir}."""
+                 min_size: int = 64, max_size: int = 160, quality: int = 95, seed: int = 0,
+                 classes: tuple[str, ...] | None = None) -> dict[str, str]:
+    """Writes the tree; returns {'train': dir, 'val': dir, 'bbox': dir}. classes: shape names to draw
+    (default: the first num_classes of CLASSES)."""
     if not 2 <= num_classes <= len(CLASSES):
         raise ValueError(f"num_classes must be between 2 and {len(CLASSES)}, received: {num_classes}")
+    classes = tuple(classes or CLASSES[:num_classes])
+    unknown = [c for c in classes if c not in CLASSES]
+    if unknown:
+        raise ValueError(f"unknown shape(s) {unknown}; valid shapes: {', '.join(CLASSES)}")
     if min_size < 16 or max_size < min_size:
         raise ValueError(f"need 16 <= min_size <= max_size, received: {min_size}, {max_size}")
     rng = random.Random(seed)
     dirs = {split: os.path.join(output_dir, split) for split in ("train", "val", "bbox")}
     for split, count in (("train", train_per_class), ("val", val_per_class)):
-        for shape in CLASSES[:num_classes]:
+        for shape in classes:
             for folder in (os.path.join(dirs[split], shape), os.path.join(dirs["bbox"], shape)):
                 os.makedirs(folder, exist_ok=True)
             for n in range(count):

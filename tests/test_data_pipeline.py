@@ -98,6 +98,15 @@ def test_resumed_stream_continues_exactly(shards):
     assert not np.array_equal(next(iter(other_seed))[0].numpy(), full[0][0])
 
 
+def test_a_global_seed_of_zero_keeps_working(shards):
+    tf.random.set_seed(0)  # TF compares tensor shuffle seeds with 0 then; the pipeline must not trip on it
+    try:
+        labels = next(iter(pipeline.build_dataset(shards, "train", 4, 32, num_classes=3)))[1]
+    finally:
+        tf.random.set_seed(None)
+    assert labels.shape == (4,)
+
+
 def test_synthetic_data_has_the_requested_shapes():
     ds = pipeline.build_dataset(None, "train", 3, 40, num_classes=7, dtype=tf.bfloat16)
     (a, la), (b, lb) = list(ds.take(2))

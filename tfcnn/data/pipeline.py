@@ -121,12 +121,16 @@ def _train_records(files, per_epoch, seed, start_record, shuffle_buffer):
     if per_epoch < 1:
         raise DataError(f"the training shards {files[:3]}... hold no records")
     start_epoch, offset = divmod(start_record, per_epoch)
+    num_files = len(files)
     files = tf.constant(files, tf.string)
 
     def epoch(e):
+        # Tensor-valued shuffle seeds break when the global seed is 0 (tf.random.set_seed(0) makes
+        # TF compare the tensor as a Python bool); this function graph uses explicit seeds only.
+        tf.compat.v1.get_default_graph().seed = None
         epoch_seed = tf.cast(seed, tf.int64) + e
-        ds = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=epoch_seed)
-        ds = ds.interleave(read_records, cycle_length=min(len(files), 16), block_length=1,
+        ds = tf.data.Dataset.from_tensor_slices(files).shuffle(num_files, seed=epoch_seed)
+        ds = ds.interleave(read_records, cycle_length=min(num_files, 16), block_length=1,
                            num_parallel_calls=AUTOTUNE, deterministic=True)
         ds = ds.shuffle(shuffle_buffer, seed=epoch_seed).enumerate()
         return ds.map(lambda i, record: (tf.stack([epoch_seed, i]), record))

@@ -37,10 +37,8 @@ def train_image(encoded, boxes, seed, image_size, area_range=(0.08, 1.0), aspect
     return tf.image.stateless_random_flip_left_right(image, seed=seed[::-1])
 
 
-def center_crop_window(encoded, crop_fraction):
-    """The centred square covering crop_fraction of the shorter side."""
-    shape = tf.image.extract_jpeg_shape(encoded)
-    height, width = shape[0], shape[1]
+def center_square(height, width, crop_fraction):
+    """[offset_y, offset_x, side, side] of the centred square covering crop_fraction of the shorter side."""
     side = tf.maximum(1, tf.cast(tf.round(crop_fraction * tf.cast(tf.minimum(height, width), tf.float32)), tf.int32))
     return tf.stack([(height - side) // 2, (width - side) // 2, side, side])
 
@@ -51,8 +49,18 @@ def eval_image(encoded, image_size, crop_fraction):
     This is the same field of view as "resize the shorter side to image_size / crop_fraction, then
     centre-crop image_size" (224 from 256 for ResNets), but decodes and resizes only the crop.
     """
-    image = tf.image.decode_and_crop_jpeg(encoded, center_crop_window(encoded, crop_fraction), channels=3)
+    shape = tf.image.extract_jpeg_shape(encoded)
+    window = center_square(shape[0], shape[1], crop_fraction)
+    image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
     return tf.image.resize(image, [image_size, image_size], method="bilinear")
+
+
+def eval_image_from_pixels(image, image_size, crop_fraction):
+    """eval_image for an already decoded [H, W, 3] image (any source format)."""
+    shape = tf.shape(image)
+    y, x, side, _ = tf.unstack(center_square(shape[0], shape[1], crop_fraction))
+    crop = tf.image.crop_to_bounding_box(image, y, x, side, side)
+    return tf.image.resize(crop, [image_size, image_size], method="bilinear")
 
 
 def normalize_batch(images, mean, std, dtype):

@@ -17,6 +17,8 @@ import re
 
 import tensorflow as tf
 
+from tfcnn.fileio import atomic_write_text
+
 LABELS_FILE = "labels.txt"
 METADATA_FILE = "dataset.json"
 SPLITS = ("train", "validation")
@@ -131,10 +133,3 @@ def read_metadata(data_dir: str) -> dict:
     with tf.io.gfile.GFile(path) as f:
         return json.load(f)
 
-
-def atomic_write_text(path: str, text: str) -> None:
-    """Writes via a temporary file and a rename, so readers never see half a file."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)

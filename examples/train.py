@@ -1,0 +1,94 @@
+"""Train an ImageNet CNN, one process per GPU:
+
+    python examples/train.py --model resnet18 --data_dir DIR --image_size 64 --num_iter 5
+    horovodrun -np 8 python examples/train.py --recipe resnet50_90e --data_dir DIR --log_dir runs/rn50
+    mpiexec --allow-run-as-root -np 8 python examples/train.py --recipe resnet50_90e --data_dir DIR
+
+Without --data_dir it trains on synthetic data. Flags override the --recipe's values, which override
+the defaults; the resolved configuration is written to --log_dir/config.json. Rerunning with the same
+--log_dir resumes from its latest checkpoint. --flagfile FILE reads flags from a file.
+"""
+import dataclasses
+import sys
+
+from absl import app, flags, logging
+
+from tfcnn.training import NonFiniteLossError, TrainConfig, make_config, train
+
+HELP = {
+    "model": "model name (python -m tfcnn.models lists them)",
+    "data_dir": "directory of TFRecord shards made by imagenet_prep; absent: synthetic data",
+    "num_classes": "default: the number of lines of labels.txt beside the shards, else 1000",
+    "image_size": "default: the model's input size; smaller sizes let small datasets and CPUs train",
+    "batch_size": "images per GPU (per process) and step",
+    "num_iter": "training length, in --iter_unit",
+    "iter_unit": "epoch or batch",
+    "precision": "fp32, fp16 (mixed, dynamic loss scaling) or bf16 (mixed)",
+    "use_xla": "XLA-compile the forward and backward pass",
+    "optimizer": "sgd (momentum), lamb or adamw",
+    "lr": "learning rate per 256 images (scaled by the global batch)",
+    "lr_schedule": "cosine, step, poly or constant (after the linear warmup)",
+    "warmup_epochs": "linear learning-rate warmup length",
+    "lr_decay_epochs": "step schedule: epochs at which the rate is multiplied by --lr_decay_factor",
+    "lr_decay_factor": "step schedule factor",
+    "poly_power": "poly schedule exponent",
+    "momentum": "SGD momentum (beta_1 for lamb/adamw)",
+    "beta_2": "lamb/adamw beta_2",
+    "weight_decay": "weight decay (kernels only, never batch-norm parameters or biases)",
+    "label_smoothing": "label smoothing",
+    "grad_compression": "allreduce gradients in fp16",
+    "seed": "seed of the initial weights, data order and augmentation (default: drawn once, kept in --log_dir)",
+    "log_dir": "checkpoints, metrics.jsonl, TensorBoard logs and config.json; reuse it to resume",
+    "export_dir": "write a SavedModel here at the end",
+    "display_every": "print and log metrics every N steps",
+    "checkpoint_every": "write a checkpoint every N steps (0: only at epoch ends)",
+    "keep_checkpoints": "keep the last K checkpoints",
+    "benchmark_warmup_steps": "steps excluded from the throughput summary",
+    "predict": "after training, evaluate on the validation split (rank 0, one GPU)",
+    "recipe": "named recipe: " + ", ".join(sorted(__import__("tfcnn.training.config", fromlist=["RECIPES"]).RECIPES)),
+}
+FIELDS = [f for f in dataclasses.fields(TrainConfig)]
+
+
+def define_flags():
+    """One flag per TrainConfig field; default None means "not given", so a recipe value stays."""
+    if "log_dir" in flags.FLAGS:
+        # absl.logging defines --log_dir for its own log files, which tfcnn never writes; ours wins.
+        delattr(flags.FLAGS, "log_dir")
+    for field in FIELDS:
+        default = field.default
+        help_text = f"{HELP[field.name]} (default: {default})"
+        kind = type(default) if default is not None else str
+        if field.name in ("num_classes", "image_size", "seed"):
+            flags.DEFINE_integer(field.name, None, help_text)
+        elif kind is bool:
+            flags.DEFINE_boolean(field.name, None, help_text)
+        elif kind is int:
+            flags.DEFINE_integer(field.name, None, help_text)
+        elif kind is float:
+            flags.DEFINE_float(field.name, None, help_text)
+        elif kind is tuple:
+            flags.DEFINE_list(field.name, None, help_text)
+        else:
+            flags.DEFINE_string(field.name, None, help_text)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO chatter (SavedModel tracing, ...) hides ours
+    values = {f.name: flags.FLAGS[f.name].value for f in FIELDS if flags.FLAGS[f.name].present}
+    recipe = values.pop("recipe", None)
+    try:
+        if "lr_decay_epochs" in values:
+            values["lr_decay_epochs"] = [int(e) for e in values["lr_decay_epochs"]]
+        train(make_config(recipe, **values))
+    except NonFiniteLossError as error:
+        sys.exit(f"train.py: {error}")
+    except (ValueError, RuntimeError) as error:
+        sys.exit(f"train.py: error: {error}")
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

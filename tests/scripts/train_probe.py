@@ -1,0 +1,83 @@
+"""Runs tfcnn training from a JSON config and records what the tests check, per rank.
+
+    python tests/scripts/train_probe.py CONFIG_JSON OUT_DIR [--inject_inf_rank R --inject_inf_step S]
+        [--interrupt_at_step S]
+
+Writes OUT_DIR/rank{r}.npz: the final trainable weights, and per step the loss scale (fp16) and a
+float64 digest of the weights; OUT_DIR/summary{r}.json: train()'s summary. --inject_inf_* makes one
+rank's gradients infinite at one step (as an fp16 overflow would); --interrupt_at_step raises
+KeyboardInterrupt at the end of a step (as Ctrl-C would).
+"""
+import argparse
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from tfcnn import distributed
+from tfcnn.training import make_config, train
+from tfcnn.training.trainer import ClassifierTrainer
+
+
+class Recorder(tf.keras.callbacks.Callback):
+    def __init__(self, out_dir, interrupt_at_step):
+        super().__init__()
+        self.out_dir, self.interrupt_at_step = out_dir, interrupt_at_step
+        self.steps, self.loss_scales, self.digests = [], [], []
+
+    def on_train_batch_end(self, batch, logs=None):
+        trainer = self.model
+        step = int(trainer.step.numpy())
+        self.steps.append(step)
+        scale = getattr(trainer.optimizer, "loss_scale", None)
+        self.loss_scales.append(float(scale) if scale is not None else 0.0)
+        self.digests.append(sum(float(np.sum(v.numpy().astype(np.float64))) for v in trainer.model.trainable_variables))
+        if step == self.interrupt_at_step:
+            self.save(trainer)
+            raise KeyboardInterrupt(f"interrupted at step {step}")
+
+    def on_train_end(self, logs=None):
+        self.save(self.model)
+
+    def save(self, trainer):
+        weights = {f"w{i}": v.numpy() for i, v in enumerate(trainer.model.trainable_variables)}
+        np.savez(os.path.join(self.out_dir, f"rank{distributed.rank()}.npz"), steps=np.array(self.steps),
+                 loss_scales=np.array(self.loss_scales), digests=np.array(self.digests), **weights)
+
+
+def inject_inf(rank, step):
+    original = ClassifierTrainer.compute_gradients
+
+    def compute_gradients(self, images, labels):
+        loss, logits, grads = original(self, images, labels)
+        hit = tf.logical_and(tf.equal(self.step + 1, step), tf.equal(distributed.rank(), rank))
+        grads = [tf.where(hit, tf.fill(tf.shape(g), tf.constant(np.inf, g.dtype)), g) for g in grads]
+        return loss, logits, grads
+
+    ClassifierTrainer.compute_gradients = compute_gradients
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("config")
+    parser.add_argument("out_dir")
+    parser.add_argument("--inject_inf_rank", type=int)
+    parser.add_argument("--inject_inf_step", type=int)
+    parser.add_argument("--interrupt_at_step", type=int, default=-1)
+    args = parser.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+    if args.inject_inf_step is not None:
+        inject_inf(args.inject_inf_rank, args.inject_inf_step)
+    recorder = Recorder(args.out_dir, args.interrupt_at_step)
+    try:
+        summary = train(make_config(**json.loads(args.config)), callbacks=[recorder])
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        return
+    with open(os.path.join(args.out_dir, f"summary{distributed.rank()}.json"), "w") as f:
+        json.dump(summary, f)
+
+
+if __name__ == "__main__":
+    main()

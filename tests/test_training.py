@@ -1,0 +1,264 @@
+"""Training: schedules, optimizers, learning, resume, export, bad input, and real multi-process runs."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from imagenet_prep.build_tfrecords import build_tfrecords
+from imagenet_prep.demo_dataset import make_dataset
+from tfcnn.training import NonFiniteLossError, make_config, train
+from tfcnn.training import checkpoints
+from tfcnn.training.optimizers import build_optimizer, decayed_variables
+from tfcnn.training.schedules import WarmupDecay
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROBE = os.path.join(REPO, "tests", "scripts", "train_probe.py")
+BIN = os.path.dirname(sys.executable)
+TINY = dict(model="resnet18", image_size=32, batch_size=8, display_every=4, warmup_epochs=0, lr=0.5,
+            benchmark_warmup_steps=2)
+
+
+@pytest.fixture(scope="module")
+def stripes(tmp_path_factory):
+    """Horizontal vs vertical stripes: 192 train / 48 validation records, learnable in seconds."""
+    root = tmp_path_factory.mktemp("stripes")
+    make_dataset(str(root / "raw"), num_classes=2, train_per_class=96, val_per_class=24, min_size=48, max_size=80,
+                 classes=("hstripes", "vstripes"))
+    build_tfrecords(str(root / "tf"), str(root / "raw" / "train"), str(root / "raw" / "val"), train_shards=4,
+                    validation_shards=2, resize="shorter:48", num_workers=1, log=lambda *_: None)
+    return str(root / "tf")
+
+
+def run_probe(launcher, config, out_dir, *extra, timeout=600):
+    cmd = launcher + [sys.executable, PROBE, json.dumps(config), str(out_dir), *extra]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+HOROVODRUN_GLOO = [os.path.join(BIN, "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2"]
+MPIEXEC = ["mpiexec", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+
+
+# ------------------------------------------------------------------------------------------- units
+
+def test_warmup_then_cosine_schedule():
+    lr = WarmupDecay(1.0, total_steps=100, warmup_steps=10, kind="cosine")
+    assert [round(float(lr(s)), 4) for s in (0, 4, 9)] == [0.1, 0.5, 1.0]
+    assert float(lr(10)) == pytest.approx(1.0) and float(lr(55)) == pytest.approx(0.5, abs=1e-6)
+    assert float(lr(100)) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_step_and_poly_schedules():
+    step = WarmupDecay(0.8, total_steps=100, kind="step", boundaries=(30, 60, 80), factor=0.1)
+    assert [round(float(step(s)), 6) for s in (0, 29, 30, 60, 80, 99)] == [0.8, 0.8, 0.08, 0.008, 0.0008, 0.0008]
+    poly = WarmupDecay(1.0, total_steps=10, kind="poly", power=2.0)
+    assert float(poly(5)) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw", "lamb"])
+def test_weight_decay_spares_batch_norm_and_biases(name):
+    """With zero gradients only weight decay moves variables: kernels shrink, 1-D variables stay."""
+    kernel = tf.Variable(tf.ones([3, 4]), name="dense/kernel")
+    bias = tf.Variable(tf.ones([4]), name="dense/bias")
+    gamma = tf.Variable(tf.ones([4]), name="bn/gamma")
+    variables = [kernel, bias, gamma]
+    optimizer, coupled = build_optimizer(name, 0.1, momentum=0.9, weight_decay=0.1, variables=variables)
+    assert decayed_variables(variables) == [kernel]
+    if coupled:  # SGD: the L2 term is part of the loss, so its gradient is the only one here
+        with tf.GradientTape() as tape:
+            loss = 0.5 * 0.1 * tf.reduce_sum(tf.square(kernel))
+        grads = tape.gradient(loss, variables)
+        grads = [g if g is not None else tf.zeros_like(v) for g, v in zip(grads, variables)]
+    else:
+        grads = [tf.zeros_like(v) for v in variables]
+    optimizer.apply_gradients(zip(grads, variables))
+    assert np.all(kernel.numpy() < 1.0)
+    np.testing.assert_array_equal(bias.numpy(), 1.0)
+    np.testing.assert_array_equal(gamma.numpy(), 1.0)
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (dict(model="resnet5"), "unknown --model 'resnet5'; valid models: inception_v3"),
+    (dict(batch_size=0), "--batch_size must be a positive integer, received: 0"),
+    (dict(iter_unit="steps"), "--iter_unit must be one of epoch, batch, received: 'steps'"),
+    (dict(precision="fp8"), "--precision must be one of fp32, fp16, bf16, received: 'fp8'"),
+    (dict(predict=True), "--predict needs --data_dir"),
+    (dict(lr_decay_epochs=[60, 30]), "--lr_decay_epochs must be increasing"),
+])
+def test_bad_config_is_rejected_naming_flag_and_value(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        make_config(**overrides)
+
+
+def test_unknown_recipe_lists_valid_ones():
+    with pytest.raises(ValueError, match="unknown --recipe 'rn50'; valid recipes: inception_v3_90e, resnet50_90e"):
+        make_config("rn50")
+
+
+def test_recipe_values_and_flag_overrides():
+    config = make_config("resnet50_90e", batch_size=64, lr=None)
+    assert (config.model, config.lr, config.momentum, config.weight_decay) == ("resnet50", 0.256, 0.875, 1 / 32768)
+    assert (config.label_smoothing, config.warmup_epochs, config.num_iter, config.lr_schedule) == (0.1, 5, 90, "cosine")
+    assert config.batch_size == 64 and config.precision == "fp16"
+
+
+def test_missing_shards_and_foreign_log_dir_fail_before_training(stripes, tmp_path):
+    with pytest.raises(ValueError, match=r"no train shards in --data_dir .*train-\?\?\?\?\?-of-\?\?\?\?\?"):
+        train(make_config(**TINY, data_dir=str(tmp_path)))
+    log_dir = tmp_path / "run"
+    train(make_config(**TINY, data_dir=stripes, num_iter=2, iter_unit="batch", log_dir=str(log_dir)))
+    with pytest.raises(ValueError, match=f"--log_dir {log_dir} holds a run with model 'resnet18', not --model 'resnet34'"):
+        train(make_config(**{**TINY, "model": "resnet34"}, data_dir=stripes, log_dir=str(log_dir)))
+    os.remove(log_dir / "config.json")  # the checkpoint itself also names its model
+    with pytest.raises(ValueError, match=f"--log_dir {log_dir} holds a checkpoint of resnet18 .*not of --model resnet34"):
+        train(make_config(**{**TINY, "model": "resnet34"}, data_dir=stripes, log_dir=str(log_dir)))
+
+
+# ------------------------------------------------------------------------------- single process
+
+def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path):
+    tf.keras.utils.set_random_seed(0)
+    log_dir, export_dir = tmp_path / "run", tmp_path / "export"
+    summary = train(make_config(**{**TINY, "batch_size": 16, "lr": 1.0, "display_every": 12}, data_dir=stripes,
+                                num_iter=10, label_smoothing=0.0, seed=1, log_dir=str(log_dir),
+                                export_dir=str(export_dir), predict=True, checkpoint_every=50, keep_checkpoints=3))
+    records = [json.loads(line) for line in (log_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(12, 121, 12))
+    assert {"step", "epoch", "loss", "top1", "lr", "img_per_sec"} <= set(records[0])
+    assert np.mean([r["loss"] for r in records[-2:]]) < np.mean([r["loss"] for r in records[:2]]) - 0.15
+    assert summary["validation"]["count"] == 48
+    assert summary["validation"]["top1"] >= 0.75, summary["validation"]  # chance is 0.5
+    # checkpoints: epoch ends (every 12 steps) and every 50 steps; the last 3 are kept
+    assert sorted(os.listdir(log_dir / "checkpoints")) == sorted(
+        ["checkpoint"] + [f"ckpt-{s}.{ext}" for s in (100, 108, 120) for ext in ("index", "data-00000-of-00001")])
+    assert checkpoints.describe(str(log_dir / "checkpoints" / "ckpt-120")) == ("resnet18", 2)
+    config = json.loads((log_dir / "config.json").read_text())
+    assert (config["num_classes"], config["image_size"], config["seed"]) == (2, 32, 1)
+    assert os.listdir(log_dir / "tensorboard")
+    assert summary["img_per_sec"] > 0 and summary["img_per_sec_steps"] == 118
+    # export: both signatures agree with each other and give distributions
+    loaded = tf.saved_model.load(str(export_dir))
+    val_jpeg = next(p for p in sorted(os.listdir(os.path.join(os.path.dirname(stripes), "raw", "val", "vstripes"))))
+    data = open(os.path.join(os.path.dirname(stripes), "raw", "val", "vstripes", val_jpeg), "rb").read()
+    by_bytes = loaded.signatures["classify_encoded"](encoded=tf.constant([data, data]))
+    assert by_bytes["probabilities"].shape == (2, 2)
+    np.testing.assert_allclose(tf.reduce_sum(by_bytes["probabilities"], axis=1).numpy(), 1.0, rtol=1e-5)
+    pixels = tf.image.resize(tf.cast(tf.io.decode_jpeg(data), tf.float32)[None], [32, 32])
+    by_pixels = loaded.signatures["serving_default"](images=pixels)
+    assert by_pixels["logits"].shape == (1, 2) and by_pixels["logits"].dtype == tf.float32
+    assert (export_dir / "labels.txt").read_text() == "hstripes\thstripes\nvstripes\tvstripes\n"
+    assert json.loads((export_dir / "tfcnn.json").read_text())["model"] == "resnet18"
+
+
+def test_nan_loss_in_fp32_stops_with_the_step(stripes, tmp_path):
+    with pytest.raises(NonFiniteLossError, match=r"the loss became NaN or infinite at step \d+ \(fp32\)"):
+        train(make_config(**{**TINY, "lr": 1e12}, data_dir=stripes, num_iter=40, iter_unit="batch",
+                          log_dir=str(tmp_path / "a")))
+    with pytest.raises(NonFiniteLossError, match=r"(loss|weights) became NaN or infinite (at|by) step \d+") as error:
+        train(make_config(**{**TINY, "lr": 1e12}, data_dir=stripes, num_iter=40, iter_unit="batch",
+                          checkpoint_every=1, log_dir=str(tmp_path / "b")))
+    bad_step = int(str(error.value).split(" step ")[1].split()[0].rstrip(":"))
+    tmp_path = tmp_path / "b"
+    saved = sorted(int(n.split("-")[1].split(".")[0]) for n in os.listdir(tmp_path / "checkpoints")
+                   if n.endswith(".index"))
+    assert saved and saved[-1] < bad_step  # checkpoints up to the divergence, none after it
+    for step in saved:
+        weights = tf.train.load_checkpoint(str(tmp_path / "checkpoints" / f"ckpt-{step}"))
+        for name in weights.get_variable_to_shape_map():
+            if name.startswith("model/") and "OPTIMIZER" not in name:
+                assert np.all(np.isfinite(weights.get_tensor(name))), (step, name)
+
+
+def test_resume_after_interruption_matches_uninterrupted_run(stripes, tmp_path):
+    """Interrupted right after the epoch-1 checkpoint, then rerun: same final step and weights."""
+    config = dict(TINY, data_dir=stripes, num_iter=2, seed=3, checkpoint_every=0, display_every=100)
+    straight = dict(config, log_dir=str(tmp_path / "a"))
+    resumed = dict(config, log_dir=str(tmp_path / "b"))
+    run_probe([], straight, tmp_path / "out_a")
+    interrupted = run_probe([], resumed, tmp_path / "out_b1", "--interrupt_at_step", "26")  # 24 steps per epoch
+    assert "interrupted" in interrupted
+    assert checkpoints.latest_checkpoint(str(tmp_path / "b")).endswith("ckpt-24")
+    out = run_probe([], resumed, tmp_path / "out_b2")
+    assert "resuming from" in out and "at step 24" in out
+    a, b = np.load(tmp_path / "out_a" / "rank0.npz"), np.load(tmp_path / "out_b2" / "rank0.npz")
+    assert a["steps"][-1] == b["steps"][-1] == 48
+    assert b["steps"][0] == 25  # the resumed run continues, it does not redo the epoch
+    for key in (k for k in a.files if k.startswith("w")):
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(stripes, tmp_path):
+    """SIGKILL at an arbitrary moment: the latest checkpoint is complete and the rerun continues from it."""
+    args = [sys.executable, os.path.join(REPO, "examples", "train.py"), "--model=resnet18", f"--data_dir={stripes}",
+            "--image_size=32", "--batch_size=8", "--num_iter=1000", "--checkpoint_every=3", "--display_every=50",
+            f"--log_dir={tmp_path}", "--warmup_epochs=0"]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (checkpoints.latest_checkpoint(str(tmp_path)) or "").endswith(("-9", "-12")):
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    latest = checkpoints.latest_checkpoint(str(tmp_path))
+    assert latest, "no checkpoint was written before the deadline"
+    step = int(latest.rsplit("-", 1)[1])
+    done = subprocess.run(args[:-3] + ["--iter_unit=batch", f"--num_iter={step + 4}", f"--log_dir={tmp_path}"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"at step {step}" in done.stdout and f"done: steps {step}-{step + 4}" in done.stdout
+
+
+def test_command_line_errors_exit_nonzero_with_the_flag(tmp_path):
+    train_py = os.path.join(REPO, "examples", "train.py")
+    for flag, message in (("--batch_size=-4", "--batch_size must be a positive integer, received: -4"),
+                          ("--iter_unit=step", "--iter_unit must be one of epoch, batch, received: 'step'"),
+                          (f"--data_dir={tmp_path}", "no train shards in --data_dir")):
+        done = subprocess.run([sys.executable, train_py, flag], capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
+
+
+# -------------------------------------------------------------------------------- multi process
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", [HOROVODRUN_GLOO, MPIEXEC], ids=["horovodrun-gloo", "mpiexec"])
+def test_two_ranks_keep_identical_weights(stripes, tmp_path, launcher):
+    config = dict(TINY, data_dir=stripes, num_iter=10, iter_unit="batch", lr=0.4, warmup_epochs=0.5,
+                  log_dir=str(tmp_path / "run"))
+    out = run_probe(launcher, config, tmp_path / "out")
+    assert "2 rank(s) x batch 8 = global batch 16" in out
+    r0, r1 = np.load(tmp_path / "out" / "rank0.npz"), np.load(tmp_path / "out" / "rank1.npz")
+    assert r0["steps"][-1] == r1["steps"][-1] == 10
+    weights = [k for k in r0.files if k.startswith("w")]
+    for key in weights:
+        np.testing.assert_array_equal(r0[key], r1[key], err_msg=key)
+    assert not np.array_equal(r0["digests"][0], r0["digests"][-1])  # and they did train
+    summary = json.loads((tmp_path / "out" / "summary0.json").read_text())
+    assert summary["global_batch"] == 16 and summary["ranks"] == 2
+    assert summary["steps_per_epoch"] == 192 // 16
+    metrics = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    peak = 0.4 * 16 / 256  # per-256 rate scaled by the global batch
+    warmup = round(0.5 * 12)
+    for record in metrics:
+        expected = float(WarmupDecay(peak, 10, warmup, "cosine")(record["step"] - 1))
+        assert record["lr"] == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_fp16_overflow_on_one_rank_skips_the_step_on_all(stripes, tmp_path):
+    config = dict(TINY, data_dir=stripes, num_iter=5, iter_unit="batch", precision="fp16", lr=0.2, batch_size=4,
+                  image_size=32)
+    run_probe(HOROVODRUN_GLOO, config, tmp_path, "--inject_inf_rank", "1", "--inject_inf_step", "3")
+    r0, r1 = np.load(tmp_path / "rank0.npz"), np.load(tmp_path / "rank1.npz")
+    for rank in (r0, r1):
+        assert rank["steps"].tolist() == [1, 2, 3, 4, 5]
+        assert rank["loss_scales"].tolist() == [32768.0, 32768.0, 16384.0, 16384.0, 16384.0]
+        assert rank["digests"][2] == rank["digests"][1]  # step 3 applied nothing
+        assert rank["digests"][3] != rank["digests"][2]  # later steps train again
+    for key in (k for k in r0.files if k.startswith("w")):
+        np.testing.assert_array_equal(r0[key], r1[key], err_msg=key)

@@ -1,0 +1,122 @@
+"""Training configuration: defaults < a named recipe < explicit overrides, validated in one place."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+OPTIMIZERS = ("sgd", "lamb", "adamw")
+SCHEDULES = ("cosine", "step", "poly", "constant")
+ITER_UNITS = ("epoch", "batch")
+IMAGENET_TRAIN_IMAGES = 1_281_167  # what an "epoch" of synthetic data counts
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    model: str = "resnet50"
+    data_dir: str | None = None  # None: synthetic data
+    num_classes: int | None = None  # None: from labels.txt beside the shards, else 1000
+    image_size: int | None = None  # None: the model's input size
+    batch_size: int = 256  # per GPU / process
+    num_iter: int = 90
+    iter_unit: str = "epoch"
+    precision: str = "fp32"
+    use_xla: bool = False
+    optimizer: str = "sgd"
+    lr: float = 0.256  # per 256 images; scaled by the global batch
+    lr_schedule: str = "cosine"
+    warmup_epochs: float = 5.0
+    lr_decay_epochs: tuple = (30, 60, 80)  # step schedule
+    lr_decay_factor: float = 0.1  # step schedule
+    poly_power: float = 2.0  # poly schedule
+    momentum: float = 0.875  # SGD momentum; beta_1 for LAMB / AdamW
+    beta_2: float = 0.999  # LAMB / AdamW
+    weight_decay: float = 1 / 32768  # not applied to batch-norm parameters and biases
+    label_smoothing: float = 0.1
+    grad_compression: bool = False  # fp16 allreduce
+    seed: int | None = None  # initial weights, data order, augmentation; None: drawn once, kept in the log dir
+    log_dir: str | None = None
+    export_dir: str | None = None
+    display_every: int = 100
+    checkpoint_every: int = 1000  # steps; checkpoints are also written at each epoch end
+    keep_checkpoints: int = 5
+    benchmark_warmup_steps: int = 20  # excluded from the throughput summary
+    predict: bool = False  # evaluate on the validation split after training
+    recipe: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n"
+
+
+# NVIDIA's DeepLearningExamples recipes (TensorFlow ResNet50 v1.5 / ResNeXt101 / SE-ResNeXt101, 90 epochs,
+# mixed precision). Inception V3 has no NVIDIA recipe: it takes the ResNet50 one at 299 px.
+RECIPES = {
+    "resnet50_90e": dict(model="resnet50", batch_size=256, precision="fp16", num_iter=90, iter_unit="epoch",
+                         lr=0.256, lr_schedule="cosine", warmup_epochs=5, momentum=0.875,
+                         weight_decay=1 / 32768, label_smoothing=0.1),
+    "inception_v3_90e": dict(model="inception_v3", batch_size=128, precision="fp16", num_iter=90,
+                             iter_unit="epoch", lr=0.256, lr_schedule="cosine", warmup_epochs=5, momentum=0.875,
+                             weight_decay=1 / 32768, label_smoothing=0.1),
+    "resnext101_32x4d_90e": dict(model="resnext101_32x4d", batch_size=128, precision="fp16", num_iter=90,
+                                 iter_unit="epoch", lr=0.256, lr_schedule="cosine", warmup_epochs=8,
+                                 momentum=0.875, weight_decay=1 / 16384, label_smoothing=0.1),
+    "se_resnext101_32x4d_90e": dict(model="se_resnext101_32x4d", batch_size=96, precision="fp16", num_iter=90,
+                                    iter_unit="epoch", lr=0.256, lr_schedule="cosine", warmup_epochs=8,
+                                    momentum=0.875, weight_decay=1 / 16384, label_smoothing=0.1),
+}
+
+
+def make_config(recipe: str | None = None, **overrides) -> TrainConfig:
+    """The config of `recipe` (if any) with `overrides` on top, validated. None overrides are ignored."""
+    values = {}
+    if recipe is not None:
+        if recipe not in RECIPES:
+            raise ValueError(f"unknown --recipe {recipe!r}; valid recipes: {', '.join(sorted(RECIPES))}")
+        values.update(RECIPES[recipe])
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    for key, value in overrides.items():
+        if key not in fields:
+            raise ValueError(f"unknown training option {key!r}; valid options: {', '.join(sorted(fields))}")
+        if value is not None:
+            values[key] = value
+    if "lr_decay_epochs" in values:
+        values["lr_decay_epochs"] = tuple(values["lr_decay_epochs"])
+    config = TrainConfig(recipe=recipe, **{k: v for k, v in values.items() if k != "recipe"})
+    validate(config)
+    return config
+
+
+def validate(config: TrainConfig) -> None:
+    """Raises ValueError naming the flag and the received value."""
+    from tfcnn.models import list_models
+
+    if config.model not in list_models():
+        raise ValueError(f"unknown --model {config.model!r}; valid models: {', '.join(list_models())}")
+    choices = (("precision", PRECISIONS), ("optimizer", OPTIMIZERS), ("lr_schedule", SCHEDULES),
+               ("iter_unit", ITER_UNITS))
+    for name, valid in choices:
+        if getattr(config, name) not in valid:
+            raise ValueError(f"--{name} must be one of {', '.join(valid)}, received: {getattr(config, name)!r}")
+    positive = ("batch_size", "num_iter", "display_every", "keep_checkpoints")
+    for name in positive:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"--{name} must be a positive integer, received: {value!r}")
+    for name in ("num_classes", "image_size"):
+        value = getattr(config, name)
+        if value is not None and (not isinstance(value, int) or value <= 0):
+            raise ValueError(f"--{name} must be a positive integer, received: {value!r}")
+    non_negative = ("lr", "warmup_epochs", "weight_decay", "momentum", "checkpoint_every",
+                    "benchmark_warmup_steps")
+    for name in non_negative:
+        if getattr(config, name) < 0:
+            raise ValueError(f"--{name} must be >= 0, received: {getattr(config, name)!r}")
+    if not 0 <= config.label_smoothing < 1:
+        raise ValueError(f"--label_smoothing must be in [0, 1), received: {config.label_smoothing!r}")
+    if not 0 <= config.momentum < 1 or not 0 <= config.beta_2 < 1:
+        raise ValueError(f"--momentum and --beta_2 must be in [0, 1), received: {config.momentum!r}, "
+                         f"{config.beta_2!r}")
+    if list(config.lr_decay_epochs) != sorted(config.lr_decay_epochs):
+        raise ValueError(f"--lr_decay_epochs must be increasing, received: {list(config.lr_decay_epochs)}")
+    if config.predict and config.data_dir is None:
+        raise ValueError("--predict needs --data_dir (it evaluates on the validation shards)")

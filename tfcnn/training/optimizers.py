@@ -1,0 +1,62 @@
+"""Optimizers, with weight decay on kernels only (never batch-norm parameters or biases).
+
+SGD uses coupled L2 decay as NVIDIA's recipes do: `weight_decay / 2 * ||w||^2` joins the loss, so its
+gradient `weight_decay * w` goes through momentum and through loss scaling like every other term.
+AdamW and LAMB use their own decoupled decay, with 1-D variables excluded.
+"""
+from __future__ import annotations
+
+import re
+
+import tensorflow as tf
+
+
+def decayed_variables(variables):
+    """Kernels get weight decay; batch-norm gammas/betas and biases (all 1-D) do not."""
+    return [v for v in variables if len(v.shape) > 1]
+
+
+def l2_penalty(variables, weight_decay):
+    """weight_decay / 2 * sum of squares, in float32 (variables are float32 under mixed precision too)."""
+    return 0.5 * weight_decay * tf.add_n([tf.reduce_sum(tf.square(v)) for v in variables])
+
+
+def build_optimizer(name, learning_rate, *, momentum=0.9, beta_2=0.999, weight_decay=0.0, variables=(),
+                    loss_scale=False):
+    """Returns (optimizer, coupled_l2): coupled_l2 True means the trainer adds `l2_penalty` to the loss.
+
+    loss_scale: wrap in Keras' dynamic LossScaleOptimizer (fp16 training).
+    """
+    no_decay = [v for v in variables if len(v.shape) <= 1]
+    if name == "sgd":
+        optimizer = tf.keras.optimizers.SGD(learning_rate, momentum=momentum)
+        coupled = weight_decay > 0
+    elif name == "adamw":
+        optimizer = tf.keras.optimizers.AdamW(learning_rate, weight_decay=weight_decay, beta_1=momentum,
+                                              beta_2=beta_2, epsilon=1e-6)
+        optimizer.exclude_from_weight_decay(var_list=no_decay)
+        coupled = False
+    elif name == "lamb":
+        import tensorflow_addons as tfa  # imported only when asked for: it prints a banner on import
+
+        names = [_escape(v.name) for v in no_decay]
+        optimizer = tfa.optimizers.LAMB(learning_rate, beta_1=momentum, beta_2=beta_2, epsilon=1e-6,
+                                        weight_decay=weight_decay, exclude_from_weight_decay=names,
+                                        exclude_from_layer_adaptation=names)
+        coupled = False
+    else:
+        raise ValueError(f"unknown optimizer {name!r}; valid optimizers: sgd, lamb, adamw")
+    if loss_scale:
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+    return optimizer, coupled
+
+
+def _escape(variable_name):
+    """A regular expression matching exactly this variable (tfa searches its names, ':0' included)."""
+    return "^" + re.escape(variable_name.split(":")[0]) + r"(:\d+)?$"
+
+
+def optimizer_variables(optimizer):
+    """The optimizer's state variables (slots, iterations, loss scale), new or legacy Keras API."""
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)
