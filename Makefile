@@ -15,6 +15,7 @@ PYTEST_ARGS ?=
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 
 .PHONY: install test demo bench clean
+BENCH_RESULTS ?= bench/results
 
 install: $(STAMP)
 	@TF_CPP_MIN_LOG_LEVEL=2 $(VENV)/bin/horovodrun --check-build
@@ -50,6 +51,15 @@ test: install
 
 demo: install
 	VENV_BIN=$(VENV)/bin examples/demo.sh
+
+# Side-by-side benchmarks against baselines measured in the same run (CPU-sized defaults; ~10 min on 2 cores).
+bench: install
+	@mkdir -p $(BENCH_RESULTS)
+	$(PY) bench/train_step.py --output $(BENCH_RESULTS)/train_step.json
+	$(PY) bench/input_pipeline.py --output $(BENCH_RESULTS)/input_pipeline.json
+	$(PY) bench/prep_conversion.py --output $(BENCH_RESULTS)/prep_conversion.json
+	$(PY) bench/inference.py --output $(BENCH_RESULTS)/inference.json
+	$(PY) bench/memory.py --output $(BENCH_RESULTS)/memory.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -89,7 +89,8 @@ def make_dataset(output_dir: str, num_classes: int = 4, train_per_class: int = 1
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m imagenet_prep.demo_dataset", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--num_classes", type=int, default=4)
     parser.add_argument("--train_per_class", type=int, default=100)

@@ -61,7 +61,8 @@ def extract_per_member_tar(archive: str, dest: str, log=print) -> int:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m imagenet_prep.extract", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("archive")
     parser.add_argument("dest")
     parser.add_argument("--per_member_tar", action="store_true", help="a tar of <class>.tar archives")

@@ -16,8 +16,8 @@ import sys
 
 import tensorflow as tf
 
-PRECISION_POLICIES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
-COMPUTE_DTYPES = {"fp32": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16}
+from tfcnn.precision import COMPUTE_DTYPES, PRECISIONS, set_policy
+
 
 
 def count_correct(predict_fn, dataset) -> dict:
@@ -84,7 +84,7 @@ def load_predictor(args, run):
     if not path:
         raise ValueError(f"--log_dir {args.log_dir} holds no checkpoint (looked in "
                          f"{checkpoints.checkpoint_dir(args.log_dir)})")
-    tf.keras.mixed_precision.set_global_policy(PRECISION_POLICIES[args.precision])
+    set_policy(args.precision)
     size = run["image_size"]
     model = create_model(run["model"], num_classes=run["num_classes"], input_shape=(size, size, 3))
     where = f"--checkpoint {args.checkpoint}" if args.checkpoint else f"--log_dir {args.log_dir}"
@@ -117,7 +117,8 @@ def evaluate(args) -> dict:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m tfcnn.evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="model name (default: what --log_dir or --saved_model records)")
     parser.add_argument("--data_dir", required=True, help="directory holding validation-*-of-* shards")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -125,7 +126,7 @@ def parse_args(argv=None):
     source.add_argument("--log_dir", help="a training log directory: its latest checkpoint")
     source.add_argument("--saved_model", help="a SavedModel exported by training (--export_dir)")
     parser.add_argument("--batch_size", type=int, default=256)
-    parser.add_argument("--precision", choices=sorted(PRECISION_POLICIES), default="fp32")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
     parser.add_argument("--image_size", type=int, help="default: the run's, else the model's")
     parser.add_argument("--num_classes", type=int, help="default: the run's, else labels.txt, else 1000")
     parser.add_argument("--output", help="write the result as JSON here")

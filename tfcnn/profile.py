@@ -55,7 +55,8 @@ def main(argv=None):
 
     from tfcnn.models import list_models, model_info
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m tfcnn.profile", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="all", help="comma-separated model names, or 'all'")
     parser.add_argument("--image_size", type=int, default=None, help="default: each model's input size")
     args = parser.parse_args(argv)

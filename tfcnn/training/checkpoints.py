@@ -51,4 +51,5 @@ def check_compatible(path: str, model_name: str, num_classes: int, where: str) -
 def restore_model(path: str, model_name: str, model: tf.keras.Model, num_classes: int, where: str) -> None:
     """Loads only the model weights of a training checkpoint (e.g. for evaluation)."""
     check_compatible(path, model_name, num_classes, where)
-    make_checkpoint(model_name, model, num_classes).restore(path).expect_partial().assert_existing_objects_matched()
+    # Every model variable must come from the checkpoint; optimizer slots and counters are not needed.
+    tf.train.Checkpoint(model=model).read(path).expect_partial().assert_existing_objects_matched()

@@ -4,7 +4,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-PRECISIONS = ("fp32", "fp16", "bf16")
+from tfcnn.precision import PRECISIONS
+
 OPTIMIZERS = ("sgd", "lamb", "adamw")
 SCHEDULES = ("cosine", "step", "poly", "constant")
 ITER_UNITS = ("epoch", "batch")

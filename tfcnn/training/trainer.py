@@ -23,13 +23,12 @@ from tfcnn import distributed
 from tfcnn.fileio import atomic_write_text
 from tfcnn.data import pipeline
 from tfcnn.models import create_model, model_info
+from tfcnn.precision import COMPUTE_DTYPES, set_policy
 from tfcnn.training import checkpoints
 from tfcnn.training.config import IMAGENET_TRAIN_IMAGES, TrainConfig, validate
 from tfcnn.training.optimizers import build_optimizer, decayed_variables, l2_penalty, optimizer_variables
 from tfcnn.training.schedules import WarmupDecay
 
-POLICIES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
-COMPUTE_DTYPES = {"fp32": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16}
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 
@@ -158,7 +157,7 @@ def plan_run(config: TrainConfig) -> Plan:
 def build_trainer(plan: Plan):
     """Model, optimizer, trainer and checkpoint, restored from the latest checkpoint when there is one."""
     config = plan.config
-    tf.keras.mixed_precision.set_global_policy(POLICIES[config.precision])
+    set_policy(config.precision)
     # The seed fixes the initial weights too (Keras draws unseeded initializers' seeds from Python's
     # `random`), so a run is reproducible.
     tf.keras.utils.set_random_seed(config.seed)
@@ -277,6 +276,7 @@ class RunLogger(tf.keras.callbacks.Callback):
         step = self.plan.start_step + batch + 1
         warmup_end = self.plan.start_step + self.plan.config.benchmark_warmup_steps
         if step == warmup_end:
+            float(logs["loss"])  # wait for the step to finish before starting the clock
             self.warmup_end_time = time.perf_counter()
         if step % self.plan.config.display_every and step != self.plan.total_steps:
             return

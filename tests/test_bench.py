@@ -1,0 +1,46 @@
+"""Smoke test of every bench/ script at tiny sizes: it runs, and its JSON is well formed and positive.
+No timing assertions: the figures themselves are for people, measured by `make bench`."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = {
+    "train_step.py": ["--batch_size=2", "--image_size=32", "--steps=2", "--warmup_steps=1"],
+    "input_pipeline.py": ["--num_images=16", "--images=16", "--batch_size=4", "--image_size=32"],
+    "prep_conversion.py": ["--num_images=8", "--workers=2"],
+    "inference.py": ["--image_size=32", "--large_batch=4", "--steps=4"],
+    "memory.py": ["--batch_size=2", "--image_size=32", "--steps=2", "--repeats=1"],
+}
+
+
+def positive_numbers(obj):
+    if isinstance(obj, dict):
+        return [v for value in obj.values() for v in positive_numbers(value)]
+    return [obj] if isinstance(obj, float) else []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(TINY))
+def test_bench_script_writes_well_formed_json(script, tmp_path):
+    out = tmp_path / "result.json"
+    done = subprocess.run([sys.executable, os.path.join(REPO, "bench", script), *TINY[script], f"--output={out}"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["benchmark"] == f"bench/{script}" and result["environment"]["device"]
+    assert len(result["results"]) >= 2 and result["ratios"]
+    figures = positive_numbers({"results": {str(i): r for i, r in enumerate(result["results"])},
+                                "ratios": result["ratios"]})
+    assert figures and all(v > 0 for v in figures)
+    assert "ratio" in done.stdout
+
+
+def test_input_bench_refuses_missing_records(tmp_path):
+    done = subprocess.run([sys.executable, os.path.join(REPO, "bench", "input_pipeline.py"),
+                           f"--data_dir={tmp_path}"], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "no train shards" in done.stderr and "no ratio reported" in done.stderr

@@ -1,0 +1,149 @@
+"""Evaluation counts (one process and two), the benchmark's outputs, and the comparison plots."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from imagenet_prep.build_tfrecords import build_tfrecords
+from imagenet_prep.demo_dataset import make_dataset
+from tfcnn.data import pipeline
+from tfcnn.models import create_model, model_info
+from tfcnn.training import checkpoints
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+NUM_CLASSES, SIZE = 10, 32
+
+
+@pytest.fixture(scope="module")
+def eval_setup(tmp_path_factory):
+    """11 validation records in 3 shards (divisible by neither 2 ranks nor batch 4), a random
+    resnet18 checkpoint, and the reference counts computed from its logits directly."""
+    root = tmp_path_factory.mktemp("eval")
+    make_dataset(str(root / "raw"), num_classes=3, train_per_class=1, val_per_class=4, min_size=40, max_size=60)
+    for extra in sorted(os.listdir(root / "raw" / "val" / "circle"))[3:]:
+        os.remove(root / "raw" / "val" / "circle" / extra)  # 3 + 4 + 4 = 11 images
+    build_tfrecords(str(root / "tf"), str(root / "raw" / "train"), str(root / "raw" / "val"), train_shards=1,
+                    validation_shards=3, resize="none", num_workers=1, log=lambda *_: None)
+    tf.keras.utils.set_random_seed(7)
+    model = create_model("resnet18", num_classes=NUM_CLASSES, input_shape=(SIZE, SIZE, 3), zero_init_residual=False)
+    head = model.get_layer("head_fc")  # a random head large enough that each image ranks classes its own way
+    head.kernel.assign(tf.random.stateless_normal(head.kernel.shape, seed=(3, 4), stddev=3.0))
+    path = checkpoints.make_checkpoint("resnet18", model, NUM_CLASSES).write(str(root / "ckpt" / "ckpt-1"))
+    info = model_info("resnet18")
+    logits, labels = [], []
+    for images, batch_labels in pipeline.build_dataset(str(root / "tf"), "validation", 1, SIZE, mean=info.mean,
+                                                       std=info.std, num_classes=NUM_CLASSES):
+        logits.append(model(images, training=False).numpy()[0])
+        labels.append(int(batch_labels[0]))
+    logits = np.array(logits)
+    rank_of_label = [(row > row[label]).sum() for row, label in zip(logits, labels)]
+    reference = {"count": len(labels), "top1_correct": sum(r < 1 for r in rank_of_label),
+                 "top5_correct": sum(r < 5 for r in rank_of_label)}
+    assert reference["count"] == 11 and 0 < reference["top5_correct"] < 11  # a non-trivial case
+    return str(root / "tf"), path, reference
+
+
+def run_evaluate(launcher, data_dir, checkpoint, output, *extra):
+    cmd = launcher + [sys.executable, "-m", "tfcnn.evaluate", "--model=resnet18", f"--data_dir={data_dir}",
+                      f"--checkpoint={checkpoint}", "--batch_size=4", f"--image_size={SIZE}",
+                      f"--num_classes={NUM_CLASSES}", f"--output={output}", *extra]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    return done
+
+
+@pytest.mark.parametrize("launcher", [[], [os.path.join(BIN, "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2"]],
+                         ids=["single", "horovodrun-2"])
+def test_evaluation_counts_equal_the_hand_computed_reference(eval_setup, tmp_path, launcher):
+    data_dir, checkpoint, reference = eval_setup
+    done = run_evaluate(launcher, data_dir, checkpoint, tmp_path / "eval.json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "eval.json").read_text())
+    assert {k: result[k] for k in reference} == reference
+    assert result["top1"] == pytest.approx(reference["top1_correct"] / 11)
+    assert result["top5"] == pytest.approx(reference["top5_correct"] / 11)
+    assert result["ranks"] == (2 if launcher else 1)
+    assert "top-1" in done.stdout
+
+
+def test_evaluation_errors(eval_setup, tmp_path):
+    data_dir, checkpoint, _ = eval_setup
+    wrong = subprocess.run([sys.executable, "-m", "tfcnn.evaluate", "--model=resnet34", f"--data_dir={data_dir}",
+                            f"--checkpoint={checkpoint}"], capture_output=True, text=True, timeout=300)
+    assert wrong.returncode != 0
+    assert "holds a checkpoint of resnet18 (ckpt-1), not of --model resnet34" in wrong.stderr
+    no_val = run_evaluate([], str(tmp_path), checkpoint, tmp_path / "x.json")
+    assert no_val.returncode != 0 and "no validation shards in --data_dir" in no_val.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_benchmark_writes_ordered_percentiles(tmp_path):
+    cmd = [sys.executable, "-m", "tfcnn.benchmark", "--models=resnet18", "--batch_sizes=1,2", "--image_size=32",
+           "--steps=6", "--warmup_steps=1", f"--output_dir={tmp_path}"]
+    for mode in ("train", "inference"):
+        done = subprocess.run(cmd + [f"--mode={mode}"], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads((tmp_path / "benchmark.json").read_text())
+        assert result["mode"] == mode and result["device"]
+        assert [r["batch_size"] for r in result["results"]] == [1, 2]
+        with open(tmp_path / "benchmark.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert len(rows) == 2
+        for row in result["results"] + rows:
+            assert row["status"] == "ok"
+            values = [float(row[f"latency_ms_p{p}"]) for p in (50, 90, 95, 99)]
+            assert values == sorted(values) and values[0] > 0
+            assert float(row["img_per_sec"]) > 0
+            # throughput and latency describe the same steps: batch / mean latency
+            assert float(row["img_per_sec"]) == pytest.approx(
+                int(row["batch_size"]) * 1000 / float(row["latency_ms_mean"]), rel=1e-6)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch_sizes="], "--batch_sizes must list at least one positive integer"),
+    (["--models=resnet18,nope"], "unknown model name(s) in --models: nope"),
+    (["--batch_sizes=2,x"], "--batch_sizes must be comma-separated integers"),
+])
+def test_benchmark_rejects_bad_arguments(args, message):
+    done = subprocess.run([sys.executable, "-m", "tfcnn.benchmark", *args], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and message in done.stderr
+
+
+def test_a_warmup_that_cannot_finish_gives_no_figure(monkeypatch):
+    from tfcnn import benchmark
+
+    def failing_step():
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+
+    with pytest.raises(benchmark.WarmupError, match="could not finish 2 warmup steps: ResourceExhaustedError: OOM"):
+        benchmark.measure(failing_step, 2, 5)
+    monkeypatch.setattr(benchmark, "make_step", lambda *args, **kwargs: failing_step)
+    rows = benchmark.run(["resnet18"], "inference", [512], log=lambda *_: None)
+    assert rows[0]["status"].startswith("could not finish") and "img_per_sec" not in rows[0]
+
+
+def test_plots_are_written(tmp_path):
+    benchmark = {"mode": "inference", "precision": "fp32", "device": "test CPU", "results": [
+        {"model": m, "batch_size": b, "status": "ok", "img_per_sec": 10.0 * b / k, "latency_ms_p50": 5.0 * b * k}
+        for k, m in enumerate(("resnet18", "resnet50"), start=1) for b in (1, 2, 4)]}
+    (tmp_path / "benchmark.json").write_text(json.dumps(benchmark))
+    (tmp_path / "eval.json").write_text(json.dumps({"model": "resnet18", "top1": 0.7, "top5": 0.9, "count": 10}))
+    done = subprocess.run([sys.executable, "-m", "tfcnn.plots", f"--benchmark={tmp_path / 'benchmark.json'}",
+                           f"--eval={tmp_path / 'eval.json'}", f"--output_dir={tmp_path / 'plots'}"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name in ("accuracy_vs_flops", "latency_vs_throughput"):
+        png = (tmp_path / "plots" / f"{name}.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+        assert (tmp_path / "plots" / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+    svg = (tmp_path / "plots" / "accuracy_vs_flops.svg").read_text()
+    assert "resnet50 (reference)" in svg and "resnet18 (reference)" not in svg
+    bad = subprocess.run([sys.executable, "-m", "tfcnn.plots", f"--output_dir={tmp_path}"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode != 0 and "give --benchmark and/or --eval" in bad.stderr

@@ -1,0 +1,187 @@
+"""Training and inference throughput and latency on synthetic data, per model and batch size.
+
+    python -m tfcnn.benchmark --models resnet50,resnext101_32x4d --mode train|inference \\
+        --batch_sizes 1,2,4,8,16,32 --precision fp32|fp16|bf16 [--use_xla] [--image_size N] [--output_dir DIR]
+    horovodrun -np 8 python -m tfcnn.benchmark --mode train --precision fp16 --use_xla --batch_sizes 256
+
+Each measurement runs `--warmup_steps` untimed steps (graph tracing, autotuning, allocator growth), then
+times `--steps` steps one by one, synchronizing on each result. Reports the mean throughput and true
+latency percentiles (p50/p90/p95/p99 of the per-step times, not a mean). Training steps are tfcnn's own
+train_step (gradient averaging included); under horovodrun the figures are global and per GPU.
+--output_dir receives benchmark.csv and benchmark.json. The defaults keep one model on a CPU to a
+couple of minutes; pass larger --batch_sizes on GPUs.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tfcnn import distributed
+from tfcnn.data.pipeline import synthetic_dataset
+from tfcnn.models import create_model, list_models, model_info
+from tfcnn.precision import COMPUTE_DTYPES, PRECISIONS, set_policy
+
+PERCENTILES = (50, 90, 95, 99)
+CSV_FIELDS = ["model", "mode", "precision", "use_xla", "image_size", "batch_size", "ranks", "status",
+              "img_per_sec", "img_per_sec_per_gpu", "latency_ms_mean", "latency_ms_p50", "latency_ms_p90",
+              "latency_ms_p95", "latency_ms_p99", "steps", "warmup_steps"]
+
+
+class WarmupError(RuntimeError):
+    """The warmup could not complete (out of memory, unsupported op...): no figure is meaningful."""
+
+
+def make_step(model_name, mode, batch_size, image_size, precision, use_xla, num_classes=1000):
+    """A zero-argument function running one synced step; builds everything it needs."""
+    from tfcnn.training.optimizers import build_optimizer
+    from tfcnn.training.trainer import ClassifierTrainer
+
+    set_policy(precision)
+    model = create_model(model_name, num_classes=num_classes, input_shape=(image_size, image_size, 3))
+    batches = iter(synthetic_dataset(batch_size, image_size, num_classes, COMPUTE_DTYPES[precision]))
+    if mode == "inference":
+        images, _ = next(batches)
+        forward = tf.function(lambda x: model(x, training=False), jit_compile=use_xla)
+        return lambda: forward(images).numpy()
+    optimizer, _ = build_optimizer("sgd", 0.01, momentum=0.9, loss_scale=precision == "fp16")
+    trainer = ClassifierTrainer(model, num_classes, loss_scale=precision == "fp16", use_xla=use_xla,
+                                stop_on_nonfinite=False)
+    trainer.compile(optimizer=optimizer)
+    train_function = trainer.make_train_function()
+    return lambda: train_function(batches)["loss"].numpy()
+
+
+def measure(step, warmup_steps, steps):
+    """Per-step wall times (seconds) of `steps` synced steps after `warmup_steps` untimed ones."""
+    try:
+        for _ in range(warmup_steps):
+            step()
+    except (tf.errors.OpError, ValueError, MemoryError) as error:
+        message = (getattr(error, "message", None) or str(error)).strip().splitlines()[0][:300]
+        raise WarmupError(f"could not finish {warmup_steps} warmup steps: {type(error).__name__}: {message}") from None
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return np.array(times)
+
+
+def summarize(times, batch_size, ranks) -> dict:
+    per_step = float(np.mean(times))
+    row = {"img_per_sec": batch_size * ranks / per_step, "img_per_sec_per_gpu": batch_size / per_step,
+           "latency_ms_mean": 1000 * per_step}
+    for p, value in zip(PERCENTILES, np.percentile(times, PERCENTILES)):
+        row[f"latency_ms_p{p}"] = 1000 * float(value)
+    return row
+
+
+def run(models, mode, batch_sizes, precision="fp32", use_xla=False, image_size=None, warmup_steps=3, steps=10,
+        log=print) -> list[dict]:
+    rows = []
+    ranks = distributed.size() if mode == "train" else 1
+    for name in models:
+        size = image_size or model_info(name).input_size
+        for batch_size in batch_sizes:
+            row = {"model": name, "mode": mode, "precision": precision, "use_xla": use_xla, "image_size": size,
+                   "batch_size": batch_size, "ranks": ranks, "steps": steps, "warmup_steps": warmup_steps}
+            try:
+                times = measure(make_step(name, mode, batch_size, size, precision, use_xla), warmup_steps, steps)
+                row.update(status="ok", **summarize(times, batch_size, ranks))
+                log(f"{name:<22}{batch_size:>6}{row['img_per_sec']:>11.1f}{row['img_per_sec_per_gpu']:>11.1f}"
+                    + "".join(f"{row[f'latency_ms_p{p}']:>9.1f}" for p in PERCENTILES))
+            except WarmupError as error:
+                row["status"] = str(error)
+                log(f"{name:<22}{batch_size:>6}  {error}")
+            finally:
+                tf.keras.backend.clear_session()
+            rows.append(row)
+    return rows
+
+
+def environment() -> dict:
+    gpus = tf.config.list_physical_devices("GPU")
+    gpu_names = [tf.config.experimental.get_device_details(g).get("device_name", "GPU") for g in gpus]
+    cpu = platform.processor()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"tensorflow": tf.__version__, "gpus": gpu_names, "cpu": cpu, "cpu_cores": cores,
+            "device": ", ".join(gpu_names) if gpu_names else f"CPU ({cpu}, {cores} cores)"}
+
+
+def write_outputs(output_dir, rows, meta):
+    from tfcnn.fileio import atomic_write_text
+
+    os.makedirs(output_dir, exist_ok=True)
+    atomic_write_text(os.path.join(output_dir, "benchmark.json"), json.dumps({**meta, "results": rows}, indent=1) + "\n")
+    tmp = os.path.join(output_dir, f".benchmark.csv.tmp-{os.getpid()}")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, os.path.join(output_dir, "benchmark.csv"))
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tfcnn.benchmark", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="resnet50", help="comma-separated names, or 'all'")
+    parser.add_argument("--mode", choices=("train", "inference"), default="inference")
+    parser.add_argument("--batch_sizes", default="1,2,4,8,16,32", help="comma-separated per-GPU batch sizes")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    parser.add_argument("--use_xla", action="store_true")
+    parser.add_argument("--image_size", type=int, help="default: each model's input size")
+    parser.add_argument("--warmup_steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per measurement")
+    parser.add_argument("--output_dir", help="write benchmark.csv and benchmark.json here")
+    args = parser.parse_args(argv)
+    models = list_models() if args.models.strip() == "all" else [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in models if m not in list_models()]
+    if not models or unknown:
+        parser.error(f"unknown model name(s) in --models: {', '.join(unknown) or repr(args.models)}; "
+                     f"valid names: {', '.join(list_models())}, or 'all'")
+    try:
+        batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
+    except ValueError:
+        parser.error(f"--batch_sizes must be comma-separated integers, received: {args.batch_sizes!r}")
+    if not batch_sizes or min(batch_sizes) < 1:
+        parser.error(f"--batch_sizes must list at least one positive integer, received: {args.batch_sizes!r}")
+    if args.steps < 2 or args.warmup_steps < 0:
+        parser.error(f"--steps must be >= 2 and --warmup_steps >= 0, received: {args.steps}, {args.warmup_steps}")
+    if args.image_size is not None and args.image_size < 32:
+        parser.error(f"--image_size must be >= 32, received: {args.image_size}")
+    args.models, args.batch_sizes = models, batch_sizes
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    distributed.init()
+    chief = distributed.is_chief()
+    log = print if chief else (lambda *_: None)
+    meta = {**environment(), "mode": args.mode, "precision": args.precision, "use_xla": args.use_xla,
+            "ranks": distributed.size() if args.mode == "train" else 1}
+    log(f"tfcnn.benchmark: {args.mode}, {args.precision}{' + XLA' if args.use_xla else ''}, synthetic data, "
+        f"{meta['ranks']} rank(s), on {meta['device']}; {args.warmup_steps} warmup + {args.steps} timed steps")
+    log(f"{'model':<22}{'batch':>6}{'img/s':>11}{'img/s/gpu':>11}" + "".join(f"{f'p{p} ms':>9}" for p in PERCENTILES))
+    rows = run(args.models, args.mode, args.batch_sizes, args.precision, args.use_xla, args.image_size,
+               args.warmup_steps, args.steps, log)
+    if chief and args.output_dir:
+        write_outputs(args.output_dir, rows, meta)
+        log(f"wrote {args.output_dir}/benchmark.csv and benchmark.json")
+    if not any(r["status"] == "ok" for r in rows):
+        sys.exit("tfcnn.benchmark: error: no measurement finished its warmup")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Model-comparison charts from tfcnn's own measurements.
+
+    python -m tfcnn.plots --benchmark DIR/benchmark.json [--eval FILE ...] --output_dir DIR
+
+- accuracy_vs_flops.png/.svg: top-1 against forward GMACs, bubble area proportional to parameters.
+  Accuracy comes from the evaluation JSONs (`python -m tfcnn.evaluate --output`) where given, else the
+  model's reference figure, drawn hollow and labelled "reference".
+- latency_vs_throughput.png/.svg: for each model, p50 latency against throughput over the batch sizes
+  of the benchmark, each point labelled with its batch size.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+
+plt.rcParams["svg.fonttype"] = "none"  # SVG text stays text: smaller, searchable, editable
+
+from tfcnn.models import list_models, model_info  # noqa: E402
+
+
+def load_json(path, what):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read {what} {path}: {error}") from None
+
+
+def accuracy_points(models, evaluations):
+    """[(model, gmacs, params, top1 %, measured?)] for the models, measured accuracy first."""
+    measured = {e["model"]: 100 * e["top1"] for e in evaluations}
+    return [(m, model_info(m).gmacs, model_info(m).params, measured.get(m, model_info(m).top1), m in measured)
+            for m in models]
+
+
+def plot_accuracy_vs_flops(points, output_dir, subtitle=""):
+    fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
+    scale = 1200 / max(p[2] for p in points)
+    for name, gmacs, params, top1, measured in points:
+        ax.scatter(gmacs, top1, s=params * scale, alpha=0.45 if measured else 1.0,
+                   facecolors=None if measured else "none", edgecolors="C0" if not measured else None,
+                   color="C0" if measured else None, linewidths=1.5)
+        ax.annotate(f"{name}{'' if measured else ' (reference)'}", (gmacs, top1), xytext=(6, 6),
+                    textcoords="offset points", fontsize=8)
+    ax.set_xlabel("forward GMACs per image")
+    ax.set_ylabel("top-1 (%)")
+    ax.margins(x=0.15, y=0.12)
+    ax.set_title("Accuracy vs compute (bubble area: parameters)" + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
+    kinds = {p[4] for p in points}
+    handles = []
+    if True in kinds:
+        handles.append(ax.scatter([], [], color="C0", alpha=0.45, label="measured (tfcnn.evaluate)"))
+    if False in kinds:
+        handles.append(ax.scatter([], [], facecolors="none", edgecolors="C0", label="reference accuracy"))
+    ax.legend(handles=handles, loc="lower right")
+    ax.grid(alpha=0.3)
+    return _save(fig, output_dir, "accuracy_vs_flops")
+
+
+def plot_latency_vs_throughput(benchmark, output_dir):
+    rows = [r for r in benchmark["results"] if r.get("status") == "ok"]
+    if not rows:
+        raise ValueError("the benchmark holds no finished measurement to plot")
+    fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
+    for index, model in enumerate(dict.fromkeys(r["model"] for r in rows)):
+        series = sorted((r for r in rows if r["model"] == model), key=lambda r: r["batch_size"])
+        xs, ys = [r["img_per_sec"] for r in series], [r["latency_ms_p50"] for r in series]
+        ax.plot(xs, ys, marker="o", color=f"C{index % 10}", label=model)
+        for r, x, y in zip(series, xs, ys):
+            ax.annotate(str(r["batch_size"]), (x, y), xytext=(4, -10), textcoords="offset points", fontsize=7)
+    ax.set_xlabel("throughput (images/s)")
+    ax.set_ylabel("latency p50 (ms per batch)")
+    ax.set_yscale("log")
+    mode = f"{benchmark.get('mode', '')}, {benchmark.get('precision', '')}{' + XLA' if benchmark.get('use_xla') else ''}"
+    ax.set_title(f"Latency vs throughput over batch sizes ({mode})\n{benchmark.get('device', '')}", fontsize=11)
+    ax.legend(title="model (points: batch size)")
+    ax.grid(alpha=0.3, which="both")
+    return _save(fig, output_dir, "latency_vs_throughput")
+
+
+def _save(fig, output_dir, name):
+    os.makedirs(output_dir, exist_ok=True)
+    fig.tight_layout()
+    paths = [os.path.join(output_dir, f"{name}.{ext}") for ext in ("png", "svg")]
+    for path in paths:
+        fig.savefig(path)
+    plt.close(fig)
+    return paths
+
+
+def make_plots(output_dir, benchmark_path=None, eval_paths=()):
+    if not benchmark_path and not eval_paths:
+        raise ValueError("give --benchmark and/or --eval files to plot")
+    benchmark = load_json(benchmark_path, "benchmark") if benchmark_path else None
+    evaluations = [load_json(p, "evaluation") for p in eval_paths]
+    for path, e in zip(eval_paths, evaluations):
+        if not {"model", "top1"} <= set(e):
+            raise ValueError(f"evaluation {path} lacks 'model' and 'top1' (write it with tfcnn.evaluate --output)")
+    names = [r["model"] for r in benchmark["results"]] if benchmark else []
+    names = [n for n in dict.fromkeys(names + [e["model"] for e in evaluations]) if n in list_models()]
+    written = plot_accuracy_vs_flops(accuracy_points(names, evaluations), output_dir,
+                                     benchmark.get("device", "") if benchmark else "")
+    if benchmark:
+        written += plot_latency_vs_throughput(benchmark, output_dir)
+    return written
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tfcnn.plots", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--benchmark", help="benchmark.json written by python -m tfcnn.benchmark")
+    parser.add_argument("--eval", nargs="*", default=[], help="JSONs written by python -m tfcnn.evaluate --output")
+    parser.add_argument("--output_dir", required=True)
+    args = parser.parse_args(argv)
+    try:
+        for path in make_plots(args.output_dir, args.benchmark, args.eval):
+            print(f"wrote {path}")
+    except ValueError as error:
+        sys.exit(f"tfcnn.plots: error: {error}")
+
+
+if __name__ == "__main__":
+    main()
