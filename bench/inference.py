@@ -9,10 +9,10 @@ baseline is called two ways: `model.predict` (the one-liner most code uses) and 
 import tempfile
 import time
 
-import numpy as np
-import tensorflow as tf
+from common import parser, refuse, report  # first: it quiets TensorFlow's C++ logs
 
-from common import parser, refuse, report
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 SCRIPT = "bench/inference.py"
 

@@ -35,6 +35,7 @@ def main():
     p.add_argument("--images", type=int, default=2000, help="images timed per pipeline")
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--image_size", type=int, default=224)
+    p.add_argument("--repeats", type=int, default=3, help="timings per pipeline, rotating; their mean counts")
     args = p.parse_args()
     from tfcnn.data import bench, pipeline
 
@@ -44,7 +45,7 @@ def main():
             pipeline.list_shards(data_dir, "train")
         except pipeline.DataError as error:
             refuse(SCRIPT, str(error))
-        result = bench.run(data_dir, args.batch_size, args.image_size, args.images)
+        result = bench.run(data_dir, args.batch_size, args.image_size, args.images, repeats=args.repeats)
     rows = [{"name": name, "img_per_sec": rate, "img_per_sec_per_core": result["images_per_sec_per_core"][name]}
             for name, rate in result["images_per_sec"].items()]
     ratios = {f"tfcnn / {name}": value for name, value in result["ratio_tfcnn_vs"].items()}

@@ -1,17 +1,22 @@
-"""Training step: tfcnn's trainer vs tf.keras.applications.ResNet50 fitted with plain model.fit.
+"""Training step: tfcnn's trainer vs plain `model.fit`, on the same data and optimizer.
 
-    python bench/train_step.py [--batch_size 32] [--image_size 224] [--steps 6] [--warmup_steps 2] [--no_xla]
+    python bench/train_step.py [--batch_size 32] [--image_size 224] [--steps 5] [--warmup_steps 2]
+        [--repeats 2] [--no_xla]
 
-Both train ResNet-50 on the same synthetic batch (generated once), fp32, SGD with momentum 0.9, no
-weight decay or label smoothing, in the same process, one after the other; the XLA pair compiles
-both (tfcnn --use_xla, Keras compile(jit_compile=True)). Warmup steps are excluded. Note the baseline
-is ResNet-50 v1 (stride on the 1x1 conv: 3.9 GMACs) while tfcnn's is v1.5 (4.1 GMACs, +5% work).
+Contenders, each training ResNet-50 on one synthetic batch generated once, fp32, SGD with momentum 0.9,
+no weight decay or label smoothing, in this process, one after the other:
+- keras: tf.keras.applications.ResNet50(weights=None), compiled and fitted with `model.fit`. It is
+  ResNet-50 v1 (stride on the 1x1 conv: 3.86 GMACs); tfcnn's is v1.5 (4.09 GMACs, 6% more work);
+- tfcnn_model_fit: tfcnn's resnet50 under the same plain `model.fit` (isolates the trainer's cost);
+- tfcnn: tfcnn's resnet50 through tfcnn's trainer (`train()`, explicit gradient averaging, metrics).
+The XLA pair (keras with compile(jit_compile=True), tfcnn with --use_xla) runs once: its compile is
+slow on CPUs. Warmup steps are excluded from every figure.
 """
 import time
 
-import tensorflow as tf
+from common import parser, refuse, report  # first: it quiets TensorFlow's C++ logs
 
-from common import parser, refuse, report
+import tensorflow as tf  # noqa: E402
 
 SCRIPT = "bench/train_step.py"
 
@@ -33,13 +38,16 @@ class StepTimer(tf.keras.callbacks.Callback):
         self.end = time.perf_counter()
 
 
-def keras_fit_rate(batch_size, image_size, steps, warmup_steps, xla):
+def model_fit_rate(batch_size, image_size, steps, warmup_steps, xla, architecture="keras"):
+    """img/s of plain compile + fit; architecture 'keras' (tf.keras.applications) or 'tfcnn'."""
     from tfcnn.data.pipeline import synthetic_dataset
+    from tfcnn.models import create_model
 
     tf.keras.mixed_precision.set_global_policy("float32")
     tf.keras.utils.set_random_seed(0)
-    model = tf.keras.applications.ResNet50(weights=None, input_shape=(image_size, image_size, 3), classes=1000,
-                                           classifier_activation=None)
+    shape = (image_size, image_size, 3)
+    model = (tf.keras.applications.ResNet50(weights=None, input_shape=shape, classifier_activation=None)
+             if architecture == "keras" else create_model("resnet50", input_shape=shape))
     model.compile(optimizer=tf.keras.optimizers.SGD(0.01, momentum=0.9),
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
                   jit_compile=xla)
@@ -50,7 +58,8 @@ def keras_fit_rate(batch_size, image_size, steps, warmup_steps, xla):
     return steps * batch_size / (timer.end - timer.start)
 
 
-def tfcnn_rate(batch_size, image_size, steps, warmup_steps, xla):
+def trainer_rate(batch_size, image_size, steps, warmup_steps, xla):
+    """img/s of tfcnn's own training loop, as examples/train.py runs it on synthetic data."""
     from tfcnn.training import make_config, train
 
     summary = train(make_config(model="resnet50", batch_size=batch_size, image_size=image_size,
@@ -62,30 +71,47 @@ def tfcnn_rate(batch_size, image_size, steps, warmup_steps, xla):
     return summary["img_per_sec"]
 
 
+CONTENDERS = {
+    "keras": ("keras ResNet50 (v1) model.fit", lambda *a: model_fit_rate(*a, architecture="keras")),
+    "tfcnn_model_fit": ("tfcnn resnet50 model.fit", lambda *a: model_fit_rate(*a, architecture="tfcnn")),
+    "tfcnn": ("tfcnn resnet50 trainer", trainer_rate),
+}
+
+
+def measure(kind, sizes):
+    try:
+        return CONTENDERS[kind][1](*sizes)
+    except Exception as error:  # every side must have run, or there is no ratio
+        refuse(SCRIPT, f"{CONTENDERS[kind][0]} could not run: {type(error).__name__}: {error}")
+
+
 def main():
     p = parser(__doc__)
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--image_size", type=int, default=224)
-    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup_steps", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=2, help="runs of each contender without XLA; their mean counts")
     p.add_argument("--no_xla", action="store_true", help="skip the XLA pair")
     args = p.parse_args()
-    rows, ratios = [], {}
-    for xla in (False,) if args.no_xla else (False, True):
-        suffix = " + XLA" if xla else ""
-        sizes = (args.batch_size, args.image_size, args.steps, args.warmup_steps, xla)
-        try:
-            baseline = keras_fit_rate(*sizes)
-        except Exception as error:  # the baseline must have run, or there is no ratio
-            refuse(SCRIPT, f"the Keras baseline{suffix} could not run: {type(error).__name__}: {error}")
-        ours = tfcnn_rate(*sizes)
-        rows += [{"name": f"keras ResNet50 model.fit{suffix}", "img_per_sec": baseline},
-                 {"name": f"tfcnn resnet50 trainer{suffix}", "img_per_sec": ours}]
-        ratios[f"tfcnn / keras{suffix}"] = ours / baseline
+    sizes = (args.batch_size, args.image_size, args.steps, args.warmup_steps)
+    rates = {kind: [] for kind in CONTENDERS}
+    order = list(CONTENDERS)
+    for run in range(args.repeats):  # the order alternates, so drift hits every contender alike
+        for kind in order if run % 2 == 0 else order[::-1]:
+            rates[kind].append(measure(kind, sizes + (False,)))
+    mean = {kind: sum(values) / len(values) for kind, values in rates.items()}
+    rows = [{"name": CONTENDERS[kind][0], "img_per_sec": mean[kind]} for kind in CONTENDERS]
+    ratios = {"tfcnn trainer / keras model.fit": mean["tfcnn"] / mean["keras"],
+              "tfcnn trainer / model.fit of the same resnet50": mean["tfcnn"] / mean["tfcnn_model_fit"]}
     if not args.no_xla:
-        ratios["tfcnn XLA / tfcnn"] = rows[3]["img_per_sec"] / rows[1]["img_per_sec"]
+        xla = {kind: measure(kind, sizes + (True,)) for kind in ("keras", "tfcnn")}
+        rows += [{"name": f"{CONTENDERS[kind][0]} + XLA", "img_per_sec": xla[kind]} for kind in xla]
+        ratios["tfcnn trainer / keras model.fit, both XLA"] = xla["tfcnn"] / xla["keras"]
+        ratios["tfcnn XLA / tfcnn"] = xla["tfcnn"] / mean["tfcnn"]
     report(SCRIPT, f"ResNet-50 training, batch {args.batch_size}, {args.image_size} px, fp32, SGD momentum, "
-           f"{args.steps} timed steps after {args.warmup_steps} warmup", rows, ratios, args.output)
+           f"{args.steps} timed steps after {args.warmup_steps} warmup", rows, ratios, args.output,
+           all_runs_img_per_sec=rates)
 
 
 if __name__ == "__main__":

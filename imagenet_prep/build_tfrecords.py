@@ -233,7 +233,8 @@ def _convert_item(item: Item, resize: ResizeSpec, quality: int, result: ShardRes
     result.bytes_in += len(data)
     result.bytes_out += len(image.jpeg)
     return records.make_example(encoded=image.jpeg, height=image.height, width=image.width, label=item.label,
-                        synset=item.synset, text=item.text, filename=os.path.basename(item.path), boxes=boxes)
+                                synset=item.synset, text=item.text, filename=os.path.basename(item.path),
+                                boxes=boxes)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -254,8 +255,8 @@ def build_tfrecords(output_dir: str, train_dir: str | None = None, validation_di
     os.makedirs(output_dir, exist_ok=True)
     metadata = records.read_metadata(output_dir)
     options = {"resize": str(spec), "quality": quality}
-    classes = resolve_classes(synsets_file, metadata_file, train_dir, validation_dir,
-                              records.read_labels(output_dir))
+    existing = records.read_labels(output_dir)
+    classes = resolve_classes(synsets_file, metadata_file, train_dir, validation_dir, existing)
     bboxes = index_bboxes(bbox_dir)
 
     plans = {}
@@ -272,7 +273,6 @@ def build_tfrecords(output_dir: str, train_dir: str | None = None, validation_di
     for split, shards in plans.items():
         _check_resumable(output_dir, split, len(shards), options, metadata)
 
-    existing = records.read_labels(output_dir)
     if existing is not None and [s for s, _ in existing] != [s for s, _ in classes]:
         raise BuildError(f"{output_dir}/{records.LABELS_FILE} lists other classes than this build; "
                          f"use a new --output_dir")

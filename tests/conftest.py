@@ -16,6 +16,8 @@ def mixed_policy(request):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running (CI still runs them)")
+    # Keras' own initializers call random.randint with a float bound (thousands of times per model).
+    config.addinivalue_line("filterwarnings", "ignore:non-integer arguments to randrange:DeprecationWarning")
 
 
 def _jpeg(path, size, color, mode="RGB", quality=95):

@@ -197,7 +197,7 @@ def test_resume_after_interruption_matches_uninterrupted_run(stripes, tmp_path):
 def test_killed_run_resumes_from_its_last_checkpoint(stripes, tmp_path):
     """SIGKILL at an arbitrary moment: the latest checkpoint is complete and the rerun continues from it."""
     args = [sys.executable, os.path.join(REPO, "examples", "train.py"), "--model=resnet18", f"--data_dir={stripes}",
-            "--image_size=32", "--batch_size=8", "--num_iter=1000", "--checkpoint_every=3", "--display_every=50",
+            "--image_size=32", "--batch_size=8", "--num_iter=1000", "--checkpoint_every=3", "--display_every=2",
             f"--log_dir={tmp_path}", "--warmup_epochs=0"]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     deadline = time.time() + 240
@@ -212,6 +212,8 @@ def test_killed_run_resumes_from_its_last_checkpoint(stripes, tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"at step {step}" in done.stdout and f"done: steps {step}-{step + 4}" in done.stdout
+    logged = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert logged == sorted(set(logged)) and logged[-1] == step + 4  # no step logged twice after the resume
 
 
 def test_command_line_errors_exit_nonzero_with_the_flag(tmp_path):

@@ -113,8 +113,3 @@ def broadcast_object(obj, root_rank: int = 0):
     """A picklable Python object from the root rank, on every rank."""
     return _hvd.broadcast_object(obj, root_rank=root_rank) if size() > 1 else obj
 
-
-def barrier() -> None:
-    """Returns once every rank has reached it."""
-    if size() > 1:
-        _hvd.allreduce(tf.constant(0), op=_hvd.Sum, name="tfcnn_barrier")

@@ -40,7 +40,7 @@ def accuracy_points(models, evaluations):
             for m in models]
 
 
-def plot_accuracy_vs_flops(points, output_dir, subtitle=""):
+def plot_accuracy_vs_flops(points, output_dir):
     fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
     scale = 1200 / max(p[2] for p in points)
     for name, gmacs, params, top1, measured in points:
@@ -52,7 +52,7 @@ def plot_accuracy_vs_flops(points, output_dir, subtitle=""):
     ax.set_xlabel("forward GMACs per image")
     ax.set_ylabel("top-1 (%)")
     ax.margins(x=0.15, y=0.12)
-    ax.set_title("Accuracy vs compute (bubble area: parameters)" + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
+    ax.set_title("Accuracy vs compute (bubble area: parameters)", fontsize=11)
     kinds = {p[4] for p in points}
     handles = []
     if True in kinds:
@@ -68,7 +68,7 @@ def plot_latency_vs_throughput(benchmark, output_dir):
     rows = [r for r in benchmark["results"] if r.get("status") == "ok"]
     if not rows:
         raise ValueError("the benchmark holds no finished measurement to plot")
-    fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
+    fig, ax = plt.subplots(figsize=(11, 6), dpi=120)
     for index, model in enumerate(dict.fromkeys(r["model"] for r in rows)):
         series = sorted((r for r in rows if r["model"] == model), key=lambda r: r["batch_size"])
         xs, ys = [r["img_per_sec"] for r in series], [r["latency_ms_p50"] for r in series]
@@ -80,7 +80,7 @@ def plot_latency_vs_throughput(benchmark, output_dir):
     ax.set_yscale("log")
     mode = f"{benchmark.get('mode', '')}, {benchmark.get('precision', '')}{' + XLA' if benchmark.get('use_xla') else ''}"
     ax.set_title(f"Latency vs throughput over batch sizes ({mode})\n{benchmark.get('device', '')}", fontsize=11)
-    ax.legend(title="model (points: batch size)")
+    ax.legend(title="model (points: batch size)", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3, which="both")
     return _save(fig, output_dir, "latency_vs_throughput")
 
@@ -105,8 +105,7 @@ def make_plots(output_dir, benchmark_path=None, eval_paths=()):
             raise ValueError(f"evaluation {path} lacks 'model' and 'top1' (write it with tfcnn.evaluate --output)")
     names = [r["model"] for r in benchmark["results"]] if benchmark else []
     names = [n for n in dict.fromkeys(names + [e["model"] for e in evaluations]) if n in list_models()]
-    written = plot_accuracy_vs_flops(accuracy_points(names, evaluations), output_dir,
-                                     benchmark.get("device", "") if benchmark else "")
+    written = plot_accuracy_vs_flops(accuracy_points(names, evaluations), output_dir)
     if benchmark:
         written += plot_latency_vs_throughput(benchmark, output_dir)
     return written

@@ -66,16 +66,23 @@ def images_per_second(dataset, batch_size, images, warmup_batches=3):
 
 
 def run(data_dir, batch_size=64, image_size=224, images=3000, mean=(123.68, 116.78, 103.94),
-        std=(58.395, 57.12, 57.375)) -> dict:
+        std=(58.395, 57.12, 57.375), repeats=3) -> dict:
+    """Each pipeline is timed `repeats` times, in rotating order, and its mean counts: a shared machine
+    drifts by several percent from one measurement to the next."""
     files = pipeline.list_shards(data_dir, "train")
     datasets = {
-        "tfcnn": pipeline.build_dataset(data_dir, "train", batch_size, image_size, mean=mean, std=std,
-                                        num_classes=pipeline.num_classes_of(data_dir), deterministic=False),
-        "decode_only": decode_only_dataset(files, batch_size),
-        "classic": classic_dataset(files, batch_size, image_size, mean, std),
+        "tfcnn": lambda: pipeline.build_dataset(data_dir, "train", batch_size, image_size, mean=mean, std=std,
+                                                num_classes=pipeline.num_classes_of(data_dir), deterministic=False),
+        "decode_only": lambda: decode_only_dataset(files, batch_size),
+        "classic": lambda: classic_dataset(files, batch_size, image_size, mean, std),
     }
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    results = {name: images_per_second(ds, batch_size, images) for name, ds in datasets.items()}
+    rates = {name: [] for name in datasets}
+    names = list(datasets)
+    for round_ in range(repeats):
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            rates[name].append(images_per_second(datasets[name](), batch_size, images))
+    results = {name: sum(values) / len(values) for name, values in rates.items()}
     return {"data_dir": data_dir, "batch_size": batch_size, "image_size": image_size, "cores": cores,
             "images_per_sec": results,
             "images_per_sec_per_core": {k: v / cores for k, v in results.items()},
@@ -89,10 +96,11 @@ def main(argv=None):
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--images", type=int, default=3000, help="images timed per pipeline, after warmup")
+    parser.add_argument("--repeats", type=int, default=3, help="timings per pipeline (their mean counts)")
     parser.add_argument("--output", help="write the figures as JSON here")
     args = parser.parse_args(argv)
     try:
-        result = run(args.data_dir, args.batch_size, args.image_size, args.images)
+        result = run(args.data_dir, args.batch_size, args.image_size, args.images, repeats=args.repeats)
     except pipeline.DataError as error:
         sys.exit(f"tfcnn.data.bench: error: {error}")
     print(f"{'pipeline':<14}{'img/s':>10}{'img/s/core':>12}{'tfcnn ratio':>13}   ({result['cores']} cores, "

@@ -32,7 +32,7 @@ def train_image(encoded, boxes, seed, image_size, area_range=(0.08, 1.0), aspect
     """Random-area, random-aspect crop (decoded fused), resized to image_size x image_size, random
     horizontal flip. seed: int32/int64 [2]. Returns float32 [image_size, image_size, 3] in 0-255."""
     window = random_crop_window(encoded, boxes, seed, area_range, aspect_range)
-    image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3, dct_method="INTEGER_FAST")
+    image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
     image = tf.image.resize(image, [image_size, image_size], method="bilinear")
     return tf.image.stateless_random_flip_left_right(image, seed=seed[::-1])
 

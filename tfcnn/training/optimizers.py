@@ -7,6 +7,7 @@ AdamW and LAMB use their own decoupled decay, with 1-D variables excluded.
 from __future__ import annotations
 
 import re
+import warnings
 
 import tensorflow as tf
 
@@ -37,7 +38,9 @@ def build_optimizer(name, learning_rate, *, momentum=0.9, beta_2=0.999, weight_d
         optimizer.exclude_from_weight_decay(var_list=no_decay)
         coupled = False
     elif name == "lamb":
-        import tensorflow_addons as tfa  # imported only when asked for: it prints a banner on import
+        with warnings.catch_warnings():  # tfa warns on import that it is in maintenance mode; LAMB is fine
+            warnings.simplefilter("ignore", UserWarning)
+            import tensorflow_addons as tfa
 
         names = [_escape(v.name) for v in no_decay]
         optimizer = tfa.optimizers.LAMB(learning_rate, beta_1=momentum, beta_2=beta_2, epsilon=1e-6,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import random
 import time
 
 import tensorflow as tf
@@ -57,6 +56,13 @@ class ClassifierTrainer(tf.keras.Model):
         self.loss_metric = tf.keras.metrics.Mean("loss")
         self.top1_metric = tf.keras.metrics.SparseCategoricalAccuracy("top1")
         self._gradients = tf.function(self.compute_gradients, jit_compile=use_xla)
+        self.fixed_batch = None
+
+    def keep_batch_on_device(self, images, labels):
+        """Trains on this one batch at every step, held in variables on the compute device (a GPU when
+        there is one): synthetic-data runs then measure the model, not host-to-device copies."""
+        self.fixed_batch = (tf.Variable(images, trainable=False, name="synthetic_images"),
+                            tf.Variable(labels, trainable=False, name="synthetic_labels"))
 
     def call(self, images, training=False):
         return self.model(images, training=training)
@@ -76,7 +82,7 @@ class ClassifierTrainer(tf.keras.Model):
         return loss, logits, tape.gradient(objective, self.model.trainable_variables)
 
     def train_step(self, data):
-        images, labels = data
+        images, labels = self.fixed_batch or data
         loss, logits, grads = self._gradients(images, labels)
         grads = distributed.average_gradients(grads, self.grad_compression)
         if self.loss_scale:  # unscale the averaged gradients; apply_gradients then checks them for inf/NaN
@@ -115,7 +121,8 @@ def resolve(config: TrainConfig) -> TrainConfig:
     previous = _previous_config(config.log_dir)
     seed = config.seed if config.seed is not None else (previous or {}).get("seed")
     if seed is None:
-        seed = distributed.broadcast_object(random.randrange(2**31))
+        # From the OS, not `random`: an earlier run in this process may have seeded `random`.
+        seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") >> 1)
     if previous:
         for key, now in (("model", config.model), ("num_classes", num_classes), ("image_size", image_size),
                          ("batch_size", config.batch_size)):
@@ -211,6 +218,9 @@ def train(config: TrainConfig, callbacks=()) -> dict:
             std=model_info(config.model).std, dtype=COMPUTE_DTYPES[config.precision], num_classes=plan.num_classes,
             num_shards=distributed.size(), shard_index=distributed.rank(),
             seed=config.seed + 1_000_003 * distributed.rank(), start_step=plan.start_step)
+        if config.data_dir is None:  # synthetic: the one generated batch stays on the device
+            trainer.keep_batch_on_device(*next(iter(dataset)))
+            dataset = tf.data.Dataset.from_tensors(0).repeat()
         own = [logger]
         if config.log_dir:
             manager = tf.train.CheckpointManager(checkpoint, checkpoints.checkpoint_dir(config.log_dir),
@@ -232,7 +242,6 @@ def train(config: TrainConfig, callbacks=()) -> dict:
     if chief:
         summary["checkpoints"] = checkpoints.checkpoint_dir(config.log_dir) if config.log_dir else None
         _print_summary(summary)
-    distributed.barrier()
     return summary
 
 
@@ -259,6 +268,8 @@ class RunLogger(tf.keras.callbacks.Callback):
         self.chief = distributed.is_chief()
         log_dir = plan.config.log_dir if self.chief else None
         self.metrics_path = os.path.join(log_dir, METRICS_FILE) if log_dir else None
+        if self.metrics_path and os.path.exists(self.metrics_path):
+            _drop_records_after(self.metrics_path, plan.start_step)
         self.writer = tf.summary.create_file_writer(os.path.join(log_dir, "tensorboard")) if log_dir else None
         self.last = {}
         self.total_seconds = 0.0
@@ -330,6 +341,13 @@ class RunLogger(tf.keras.callbacks.Callback):
             out["img_per_sec"] = self.timed_steps * self.plan.global_batch / self.timed_seconds
             out["img_per_sec_steps"] = self.timed_steps
         return out
+
+
+def _drop_records_after(path, step):
+    """A resumed run repeats the steps after its checkpoint; their old lines would appear twice."""
+    with open(path) as f:
+        lines = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+    atomic_write_text(path, "".join(lines))
 
 
 class Checkpointer(tf.keras.callbacks.Callback):
