@@ -52,8 +52,8 @@ def model_fit_rate(batch_size, image_size, steps, warmup_steps, xla, architectur
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
                   jit_compile=xla)
     timer = StepTimer(warmup_steps)
-    model.fit(synthetic_dataset(batch_size, image_size, 1000), epochs=1, steps_per_epoch=warmup_steps + steps,
-              callbacks=[timer], verbose=0)
+    data = synthetic_dataset(batch_size, image_size, 1000).map(lambda x, y: (tf.cast(x, tf.float32), y))
+    model.fit(data, epochs=1, steps_per_epoch=warmup_steps + steps, callbacks=[timer], verbose=0)
     tf.keras.backend.clear_session()
     return steps * batch_size / (timer.end - timer.start)
 

@@ -13,7 +13,7 @@ import sys
 
 from absl import app, flags, logging
 
-from tfcnn.training import NonFiniteLossError, TrainConfig, make_config, train
+from tfcnn.training import RECIPES, NonFiniteLossError, TrainConfig, make_config, train
 
 HELP = {
     "model": "model name (python -m tfcnn.models lists them)",
@@ -45,7 +45,7 @@ HELP = {
     "keep_checkpoints": "keep the last K checkpoints",
     "benchmark_warmup_steps": "steps excluded from the throughput summary",
     "predict": "after training, evaluate on the validation split (rank 0, one GPU)",
-    "recipe": "named recipe: " + ", ".join(sorted(__import__("tfcnn.training.config", fromlist=["RECIPES"]).RECIPES)),
+    "recipe": "named recipe: " + ", ".join(sorted(RECIPES)),
 }
 FIELDS = [f for f in dataclasses.fields(TrainConfig)]
 

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from imagenet_prep import build_tfrecords as bt
-from tfcnn.data import pipeline, records
+from tfcnn.data import pipeline, preprocessing, records
 
 MEAN, STD = (123.68, 116.78, 103.94), (58.395, 57.12, 57.375)
 
@@ -45,28 +45,41 @@ def fingerprints(dataset):
 @pytest.mark.parametrize("batch_size", [1, 2, 4, 7])
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_validation_sees_every_record_exactly_once(shards, batch_size, ranks):
-    reference = sorted(fingerprints(pipeline.build_dataset(shards, "validation", 5, 64, mean=MEAN, std=STD)))
+    reference = sorted(fingerprints(pipeline.build_dataset(shards, "validation", 5, 64)))
     assert len(reference) == 5
     split = []
     for rank in range(ranks):
-        split += fingerprints(pipeline.build_dataset(shards, "validation", batch_size, 64, mean=MEAN, std=STD,
+        split += fingerprints(pipeline.build_dataset(shards, "validation", batch_size, 64,
                                                      num_shards=ranks, shard_index=rank))
     assert sorted(split) == reference
     assert sorted(label for label, _ in reference) == [0, 0, 1, 2, 2]  # 1-based n01..n03 -> 0-based
 
 
-@pytest.mark.parametrize("dtype", [tf.float32, tf.float16, tf.bfloat16])
-def test_training_batches_have_shape_dtype_and_range(shards, dtype):
-    ds = pipeline.build_dataset(shards, "train", 4, 56, mean=MEAN, std=STD, dtype=dtype, num_classes=3)
-    low = (0 - np.array(MEAN)) / np.array(STD)
-    high = (255 - np.array(MEAN)) / np.array(STD)
+def test_training_batches_have_shape_dtype_and_range(shards):
+    ds = pipeline.build_dataset(shards, "train", 4, 56, num_classes=3)
     for images, labels in ds.take(10):  # 40 images: the stream crosses epoch boundaries (18 per epoch)
-        assert images.shape == (4, 56, 56, 3) and images.dtype == dtype
+        assert images.shape == (4, 56, 56, 3) and images.dtype == tf.uint8
         assert labels.shape == (4,) and labels.dtype == tf.int32
-        x = tf.cast(images, tf.float32).numpy()
-        assert np.all(x >= low - 0.02) and np.all(x <= high + 0.02)
-        assert x.std() > 0.1  # real pixels, not a constant
+        assert images.numpy().std() > 1  # real pixels, not a constant
         assert set(labels.numpy()) <= {0, 1, 2}
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float16, tf.bfloat16])
+def test_normalize_batch_maps_0_255_to_standardized_values_in_the_compute_dtype(dtype):
+    images = tf.constant([[[[0, 128, 255]]], [[[255, 0, 7]]]], tf.uint8)  # [2, 1, 1, 3]
+    normalized = preprocessing.normalize_batch(images, MEAN, STD, dtype)
+    assert normalized.dtype == dtype and normalized.shape == (2, 1, 1, 3)
+    expected = (np.array([[0, 128, 255], [255, 0, 7]], np.float32) - MEAN) / STD
+    tolerance = {tf.float32: 1e-6, tf.float16: 2e-3, tf.bfloat16: 2e-2}[dtype]
+    np.testing.assert_allclose(tf.cast(normalized, tf.float32).numpy().reshape(2, 3), expected, rtol=tolerance,
+                               atol=tolerance)
+
+
+def test_resize_rounds_to_the_nearest_uint8():
+    image = tf.constant([[[0, 0, 0], [1, 1, 1]]], tf.uint8)  # 1x2; a 1x4 bilinear resize gives 0, .25, .75, 1
+    resized = preprocessing.resize_to_uint8(image, 4)
+    assert resized.dtype == tf.uint8
+    assert resized.numpy()[0, :, 0].tolist() == [0, 0, 1, 1]
 
 
 def test_training_epoch_covers_every_record(shards):
@@ -85,7 +98,7 @@ def test_per_rank_training_streams_are_disjoint(shards):
 
 def test_resumed_stream_continues_exactly(shards):
     def stream(start_step, steps):
-        ds = pipeline.build_dataset(shards, "train", 4, 48, mean=MEAN, std=STD, num_classes=3, seed=11,
+        ds = pipeline.build_dataset(shards, "train", 4, 48, num_classes=3, seed=11,
                                     start_step=start_step)
         return [(x.numpy(), y.numpy()) for x, y in ds.take(steps)]
 
@@ -94,7 +107,7 @@ def test_resumed_stream_continues_exactly(shards):
     for (xa, ya), (xb, yb) in zip(full[7:], resumed):
         np.testing.assert_array_equal(ya, yb)
         np.testing.assert_array_equal(xa, xb)
-    other_seed = pipeline.build_dataset(shards, "train", 4, 48, mean=MEAN, std=STD, num_classes=3, seed=12)
+    other_seed = pipeline.build_dataset(shards, "train", 4, 48, num_classes=3, seed=12)
     assert not np.array_equal(next(iter(other_seed))[0].numpy(), full[0][0])
 
 
@@ -108,9 +121,10 @@ def test_a_global_seed_of_zero_keeps_working(shards):
 
 
 def test_synthetic_data_has_the_requested_shapes():
-    ds = pipeline.build_dataset(None, "train", 3, 40, num_classes=7, dtype=tf.bfloat16)
+    ds = pipeline.build_dataset(None, "train", 3, 40, num_classes=7)
     (a, la), (b, lb) = list(ds.take(2))
-    assert a.shape == (3, 40, 40, 3) and a.dtype == tf.bfloat16 and la.dtype == tf.int32
+    assert a.shape == (3, 40, 40, 3) and a.dtype == tf.uint8 and la.dtype == tf.int32
+    assert a.numpy().std() > 50  # spread over 0-255
     assert np.array_equal(a.numpy(), b.numpy())  # generated once
     assert np.all((la.numpy() >= 0) & (la.numpy() < 7))
 
@@ -135,8 +149,9 @@ def test_more_ranks_than_train_shards_is_an_error(shards):
 
 def test_label_outside_the_model_classes_names_the_image(shards):
     ds = pipeline.build_dataset(shards, "validation", 5, 32, num_classes=2)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"label out of range.*VAL_00[24]\.JPEG"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"label out of range.*VAL_00[24]\.JPEG") as error:
         list(ds)
+    assert pipeline.explain_failure(error.value, shards, "validation") is error.value  # no slow scan: it names them
 
 
 def test_corrupt_record_is_found_and_named(tmp_path):
@@ -149,8 +164,15 @@ def test_corrupt_record_is_found_and_named(tmp_path):
                                           filename="broken.jpg").SerializeToString())
     message = pipeline.find_corrupt_record([path])
     assert message.startswith(f"{path}: record 1 (broken.jpg): ")
-    with pytest.raises(tf.errors.InvalidArgumentError):
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
         list(pipeline.build_dataset(str(tmp_path), "train", 2, 8, num_classes=1).take(1))
+    explained = pipeline.explain_failure(error.value, str(tmp_path), "train")
+    assert isinstance(explained, pipeline.DataError) and str(explained) == f"corrupt train record: {message}"
+    from tfcnn.training import make_config, train
+
+    with pytest.raises(pipeline.DataError, match=r"corrupt train record: .*train-00000-of-00001: record 1 \(broken.jpg\)"):
+        train(make_config(model="resnet18", data_dir=str(tmp_path), image_size=32, batch_size=2, num_iter=2,
+                          iter_unit="batch", display_every=1))
 
 
 def test_data_bench_command(shards, tmp_path):

@@ -12,6 +12,7 @@ import tensorflow as tf
 from imagenet_prep.build_tfrecords import build_tfrecords
 from imagenet_prep.demo_dataset import make_dataset
 from tfcnn.data import pipeline
+from tfcnn.data.preprocessing import normalize_batch
 from tfcnn.models import create_model, model_info
 from tfcnn.training import checkpoints
 
@@ -37,9 +38,9 @@ def eval_setup(tmp_path_factory):
     path = checkpoints.make_checkpoint("resnet18", model, NUM_CLASSES).write(str(root / "ckpt" / "ckpt-1"))
     info = model_info("resnet18")
     logits, labels = [], []
-    for images, batch_labels in pipeline.build_dataset(str(root / "tf"), "validation", 1, SIZE, mean=info.mean,
-                                                       std=info.std, num_classes=NUM_CLASSES):
-        logits.append(model(images, training=False).numpy()[0])
+    for images, batch_labels in pipeline.build_dataset(str(root / "tf"), "validation", 1, SIZE,
+                                                       num_classes=NUM_CLASSES):
+        logits.append(model(normalize_batch(images, info.mean, info.std, tf.float32), training=False).numpy()[0])
         labels.append(int(batch_labels[0]))
     logits = np.array(logits)
     rank_of_label = [(row > row[label]).sum() for row, label in zip(logits, labels)]

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from tfcnn import distributed
 from tfcnn.data.pipeline import synthetic_dataset
+from tfcnn.data.preprocessing import normalize_batch
 from tfcnn.models import create_model, list_models, model_info
 from tfcnn.precision import COMPUTE_DTYPES, PRECISIONS, set_policy
 
@@ -46,14 +47,16 @@ def make_step(model_name, mode, batch_size, image_size, precision, use_xla, num_
 
     set_policy(precision)
     model = create_model(model_name, num_classes=num_classes, input_shape=(image_size, image_size, 3))
-    batches = iter(synthetic_dataset(batch_size, image_size, num_classes, COMPUTE_DTYPES[precision]))
-    if mode == "inference":
-        images, _ = next(batches)
-        forward = tf.function(lambda x: model(x, training=False), jit_compile=use_xla)
-        return lambda: forward(images).numpy()
+    info = model_info(model_name)
+    batches = iter(synthetic_dataset(batch_size, image_size, num_classes))
+    if mode == "inference":  # 0-255 images on the compute device (no copy per step), normalized in the step
+        images = tf.Variable(tf.cast(next(batches)[0], tf.float32), trainable=False)
+        forward = tf.function(lambda: model(normalize_batch(images, info.mean, info.std, COMPUTE_DTYPES[precision]),
+                                            training=False), jit_compile=use_xla)
+        return lambda: forward().numpy()
     optimizer, _ = build_optimizer("sgd", 0.01, momentum=0.9, loss_scale=precision == "fp16")
-    trainer = ClassifierTrainer(model, num_classes, loss_scale=precision == "fp16", use_xla=use_xla,
-                                stop_on_nonfinite=False)
+    trainer = ClassifierTrainer(model, num_classes, mean=info.mean, std=info.std, loss_scale=precision == "fp16",
+                                use_xla=use_xla, stop_on_nonfinite=False)
     trainer.compile(optimizer=optimizer)
     trainer.keep_batch_on_device(*next(batches))
     steps = iter(tf.data.Dataset.from_tensors(0).repeat())
@@ -112,13 +115,17 @@ def run(models, mode, batch_sizes, precision="fp32", use_xla=False, image_size=N
 def environment() -> dict:
     gpus = tf.config.list_physical_devices("GPU")
     gpu_names = [tf.config.experimental.get_device_details(g).get("device_name", "GPU") for g in gpus]
-    cpu = platform.processor()
+    cpu, flags = platform.processor(), set()
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+            first_cpu = f.read().split("\n\n")[0].splitlines()
+        info = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in first_cpu if ":" in line)}
+        cpu, flags = info.get("model name", cpu), set(info.get("flags", "").split())
+    # Virtual machines often hide the CPU model; the vector extensions decide oneDNN's convolution speed.
+    simd = next((name for name in ("avx512f", "avx2", "avx") if name in flags), "unknown")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"tensorflow": tf.__version__, "gpus": gpu_names, "cpu": cpu, "cpu_cores": cores,
-            "device": ", ".join(gpu_names) if gpu_names else f"CPU ({cpu}, {cores} cores)"}
+    return {"tensorflow": tf.__version__, "gpus": gpu_names, "cpu": cpu, "cpu_simd": simd, "cpu_cores": cores,
+            "device": ", ".join(gpu_names) if gpu_names else f"CPU ({cpu}, {cores} cores, {simd})"}
 
 
 def write_outputs(output_dir, rows, meta):

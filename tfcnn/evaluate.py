@@ -73,13 +73,14 @@ def resolve_run(args) -> dict:
 
 
 def load_predictor(args, run):
-    """(images -> logits, mean, std). A SavedModel normalizes inside, so it takes 0-255 pixels."""
+    """uint8 0-255 images -> logits; normalization included (a SavedModel has it inside)."""
+    from tfcnn.data.preprocessing import normalize_batch
     from tfcnn.models import create_model, model_info
     from tfcnn.training import checkpoints
 
     if args.saved_model:
         serve = tf.saved_model.load(args.saved_model).signatures["serving_default"]
-        return (lambda images: serve(images=tf.cast(images, tf.float32))["logits"]), (0.0,) * 3, (1.0,) * 3
+        return lambda images: serve(images=tf.cast(images, tf.float32))["logits"]
     path = args.checkpoint or checkpoints.latest_checkpoint(args.log_dir)
     if not path:
         raise ValueError(f"--log_dir {args.log_dir} holds no checkpoint (looked in "
@@ -90,7 +91,8 @@ def load_predictor(args, run):
     where = f"--checkpoint {args.checkpoint}" if args.checkpoint else f"--log_dir {args.log_dir}"
     checkpoints.restore_model(path, run["model"], model, run["num_classes"], where)
     info = model_info(run["model"])
-    return (lambda images: model(images, training=False)), info.mean, info.std
+    return lambda images: model(normalize_batch(images, info.mean, info.std, COMPUTE_DTYPES[args.precision]),
+                                training=False)
 
 
 def evaluate(args) -> dict:
@@ -102,13 +104,16 @@ def evaluate(args) -> dict:
     distributed.init()
     run = resolve_run(args)
     pipeline.list_shards(args.data_dir, "validation")  # a clear error before loading any weights
-    predict, mean, std = load_predictor(args, run)
-    dtype = tf.float32 if args.saved_model else COMPUTE_DTYPES[args.precision]
-    dataset = pipeline.build_dataset(args.data_dir, "validation", args.batch_size, run["image_size"], mean=mean,
-                                     std=std, dtype=dtype, num_classes=run["num_classes"],
+    predict = load_predictor(args, run)
+    dataset = pipeline.build_dataset(args.data_dir, "validation", args.batch_size, run["image_size"],
+                                     num_classes=run["num_classes"],
                                      crop_fraction=model_info(run["model"]).crop_fraction,
                                      num_shards=distributed.size(), shard_index=distributed.rank())
-    local = count_correct(predict, dataset)
+    try:
+        local = count_correct(predict, dataset)
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
+        raise pipeline.explain_failure(error, args.data_dir, "validation", distributed.size(),
+                                       distributed.rank()) from error
     keys = ("count", "top1_correct", "top5_correct")
     summed = distributed.allreduce(tf.constant([local[k] for k in keys], tf.int64), average=False,
                                    name="tfcnn_eval_counts").numpy()

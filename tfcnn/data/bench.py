@@ -3,10 +3,11 @@
     python -m tfcnn.data.bench --data_dir DIR [--batch_size 64] [--image_size 224] [--images 3000]
 
 Pipelines (all read the same train shards with the same tf.data parallelism):
-- tfcnn: the training pipeline (fused decode-and-crop, resize, flip, normalize, batch);
+- tfcnn: the training pipeline (fused decode-and-crop, resize, flip, uint8 batch; normalization happens
+  later, in the model's step on the accelerator);
 - decode_only: full `decode_jpeg` of every record, nothing else (no augmentation, no resize);
 - classic: the older scripts' training path: full decode, then a distorted-bounding-box crop, resize,
-  flip, normalize, batch.
+  flip, float32 batch normalized on the host.
 Prints images/s (and per core) and each ratio against tfcnn; `--output FILE` writes the figures as JSON.
 """
 from __future__ import annotations
@@ -71,7 +72,7 @@ def run(data_dir, batch_size=64, image_size=224, images=3000, mean=(123.68, 116.
     drifts by several percent from one measurement to the next."""
     files = pipeline.list_shards(data_dir, "train")
     datasets = {
-        "tfcnn": lambda: pipeline.build_dataset(data_dir, "train", batch_size, image_size, mean=mean, std=std,
+        "tfcnn": lambda: pipeline.build_dataset(data_dir, "train", batch_size, image_size,
                                                 num_classes=pipeline.num_classes_of(data_dir), deterministic=False),
         "decode_only": lambda: decode_only_dataset(files, batch_size),
         "classic": lambda: classic_dataset(files, batch_size, image_size, mean, std),

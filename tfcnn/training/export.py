@@ -36,12 +36,12 @@ class ServingModule(tf.Module):
 
     def classify_encoded(self, encoded):
         def one(data):
-            pixels = tf.cast(tf.io.decode_image(data, channels=3, expand_animations=False), tf.float32)
+            pixels = tf.io.decode_image(data, channels=3, expand_animations=False)
             return preprocessing.eval_image_from_pixels(pixels, self.image_size, self.crop_fraction)
 
         size = self.image_size
-        images = tf.map_fn(one, encoded, fn_output_signature=tf.TensorSpec([size, size, 3], tf.float32))
-        return self.classify_images(images)
+        images = tf.map_fn(one, encoded, fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8))
+        return self.classify_images(tf.cast(images, tf.float32))
 
 
 def export_saved_model(model_name: str, model: tf.keras.Model, export_dir: str, num_classes: int,

@@ -1,9 +1,9 @@
 """Horovod data-parallel, mixed-precision training on Keras `fit`, with our own train_step.
 
-One step on every rank: forward/backward on the rank's batch (XLA-compiled with use_xla; Horovod's
-ops stay outside XLA), average the (still loss-scaled) gradients over ranks, then apply them. In
-fp16 the LossScaleOptimizer unscales and checks the *averaged* gradients, so every rank takes the
-same skip-or-apply decision and lowers the loss scale together.
+One step on every rank: normalize the rank's uint8 batch and run forward/backward (XLA-compiled with
+use_xla; Horovod's ops stay outside XLA), average the (still loss-scaled) gradients over ranks, then
+apply them. In fp16 the LossScaleOptimizer unscales and checks the *averaged* gradients, so every
+rank takes the same skip-or-apply decision and lowers the loss scale together.
 
 Side effects (printing, metrics.jsonl, TensorBoard, checkpoints, export) happen on rank 0; the
 collectives around them (metric averaging, batch-norm statistics averaging) run on every rank at the
@@ -20,9 +20,9 @@ import tensorflow as tf
 
 from tfcnn import distributed
 from tfcnn.fileio import atomic_write_text
-from tfcnn.data import pipeline
+from tfcnn.data import pipeline, preprocessing
 from tfcnn.models import create_model, model_info
-from tfcnn.precision import COMPUTE_DTYPES, set_policy
+from tfcnn.precision import set_policy
 from tfcnn.training import checkpoints
 from tfcnn.training.config import IMAGENET_TRAIN_IMAGES, TrainConfig, validate
 from tfcnn.training.optimizers import build_optimizer, decayed_variables, l2_penalty, optimizer_variables
@@ -40,11 +40,13 @@ class ClassifierTrainer(tf.keras.Model):
     """Wraps a zoo model with the distributed train_step. The zoo model stays pure (no loss, no LR,
     no Horovod); checkpoints and exports use it directly."""
 
-    def __init__(self, model, num_classes, *, label_smoothing=0.0, weight_decay=0.0, coupled_l2=False,
-                 loss_scale=False, use_xla=False, grad_compression=False, stop_on_nonfinite=True):
+    def __init__(self, model, num_classes, *, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), label_smoothing=0.0,
+                 weight_decay=0.0, coupled_l2=False, loss_scale=False, use_xla=False, grad_compression=False,
+                 stop_on_nonfinite=True):
         super().__init__(name="trainer")
         self.model = model
         self.num_classes = num_classes
+        self.mean, self.std = mean, std
         self.loss_fn = tf.keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing)
         self.l2_variables = decayed_variables(model.trainable_variables) if coupled_l2 and weight_decay else []
         self.weight_decay = weight_decay
@@ -60,12 +62,17 @@ class ClassifierTrainer(tf.keras.Model):
 
     def keep_batch_on_device(self, images, labels):
         """Trains on this one batch at every step, held in variables on the compute device (a GPU when
-        there is one): synthetic-data runs then measure the model, not host-to-device copies."""
-        self.fixed_batch = (tf.Variable(images, trainable=False, name="synthetic_images"),
+        there is one): synthetic-data runs then measure the model, not host-to-device copies. The images
+        are held as float32 0-255 (GPUs hold float variables for sure; normalization casts anyway)."""
+        self.fixed_batch = (tf.Variable(tf.cast(images, tf.float32), trainable=False, name="synthetic_images"),
                             tf.Variable(labels, trainable=False, name="synthetic_labels"))
 
     def call(self, images, training=False):
-        return self.model(images, training=training)
+        return self.model(self.normalize(images), training=training)
+
+    def normalize(self, images):
+        """0-255 images of any dtype -> normalized, in the model's compute dtype."""
+        return preprocessing.normalize_batch(images, self.mean, self.std, self.model.compute_dtype)
 
     @property
     def metrics(self):
@@ -74,7 +81,7 @@ class ClassifierTrainer(tf.keras.Model):
     def compute_gradients(self, images, labels):
         """(loss, logits, gradients of the [scaled] loss) on this rank's batch."""
         with tf.GradientTape() as tape:
-            logits = self.model(images, training=True)
+            logits = self.model(self.normalize(images), training=True)
             loss = self.loss_fn(tf.one_hot(labels, self.num_classes), logits)
             objective = loss + l2_penalty(self.l2_variables, self.weight_decay) if self.l2_variables else loss
             if self.loss_scale:
@@ -177,7 +184,9 @@ def build_trainer(plan: Plan):
     optimizer, coupled = build_optimizer(config.optimizer, lr, momentum=config.momentum, beta_2=config.beta_2,
                                          weight_decay=config.weight_decay, variables=model.trainable_variables,
                                          loss_scale=config.precision == "fp16")
-    trainer = ClassifierTrainer(model, plan.num_classes, label_smoothing=config.label_smoothing,
+    info = model_info(config.model)
+    trainer = ClassifierTrainer(model, plan.num_classes, mean=info.mean, std=info.std,
+                                label_smoothing=config.label_smoothing,
                                 weight_decay=config.weight_decay, coupled_l2=coupled,
                                 loss_scale=config.precision == "fp16", use_xla=config.use_xla,
                                 grad_compression=config.grad_compression, stop_on_nonfinite=config.precision == "fp32")
@@ -214,8 +223,7 @@ def train(config: TrainConfig, callbacks=()) -> dict:
     logger = RunLogger(trainer, optimizer, lr, plan)
     if plan.start_step < plan.total_steps:
         dataset = pipeline.build_dataset(
-            config.data_dir, "train", config.batch_size, plan.image_size, mean=model_info(config.model).mean,
-            std=model_info(config.model).std, dtype=COMPUTE_DTYPES[config.precision], num_classes=plan.num_classes,
+            config.data_dir, "train", config.batch_size, plan.image_size, num_classes=plan.num_classes,
             num_shards=distributed.size(), shard_index=distributed.rank(),
             seed=config.seed + 1_000_003 * distributed.rank(), start_step=plan.start_step)
         if config.data_dir is None:  # synthetic: the one generated batch stays on the device
@@ -226,8 +234,16 @@ def train(config: TrainConfig, callbacks=()) -> dict:
             manager = tf.train.CheckpointManager(checkpoint, checkpoints.checkpoint_dir(config.log_dir),
                                                  max_to_keep=config.keep_checkpoints, checkpoint_name="ckpt")
             own.append(Checkpointer(trainer, manager, plan))
-        trainer.fit(dataset, epochs=1, steps_per_epoch=plan.total_steps - plan.start_step,
-                    callbacks=own + list(callbacks), verbose=0)
+        try:
+            trainer.fit(dataset, epochs=1, steps_per_epoch=plan.total_steps - plan.start_step,
+                        callbacks=own + list(callbacks), verbose=0)
+        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
+            if not config.data_dir:
+                raise
+            print(f"tfcnn: rank {distributed.rank()}: training stopped on an error; looking for a corrupt record "
+                  f"in its shards", flush=True)
+            raise pipeline.explain_failure(error, config.data_dir, "train", distributed.size(),
+                                           distributed.rank()) from error
     elif chief:
         print(f"nothing to train: the checkpoint in {config.log_dir} is at step {plan.start_step} of "
               f"{plan.total_steps}", flush=True)
@@ -238,22 +254,21 @@ def train(config: TrainConfig, callbacks=()) -> dict:
         summary["saved_model"] = export_saved_model(config.model, model, config.export_dir, plan.num_classes,
                                                     plan.image_size, config.data_dir)
     if config.predict and chief:
-        summary["validation"] = predict(model, plan)
+        summary["validation"] = predict(trainer, plan)
     if chief:
         summary["checkpoints"] = checkpoints.checkpoint_dir(config.log_dir) if config.log_dir else None
         _print_summary(summary)
     return summary
 
 
-def predict(model, plan: Plan) -> dict:
+def predict(trainer: ClassifierTrainer, plan: Plan) -> dict:
     """Top-1/top-5 of the trained model on the whole validation split, in this one process."""
     from tfcnn.evaluate import accuracy, count_correct
 
-    info = model_info(plan.config.model)
     dataset = pipeline.build_dataset(plan.config.data_dir, "validation", plan.config.batch_size, plan.image_size,
-                                     mean=info.mean, std=info.std, dtype=COMPUTE_DTYPES[plan.config.precision],
-                                     num_classes=plan.num_classes, crop_fraction=info.crop_fraction)
-    return accuracy(count_correct(lambda images: model(images, training=False), dataset))
+                                     num_classes=plan.num_classes,
+                                     crop_fraction=model_info(plan.config.model).crop_fraction)
+    return accuracy(count_correct(lambda images: trainer(images, training=False), dataset))
 
 
 class RunLogger(tf.keras.callbacks.Callback):
