@@ -155,6 +155,23 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path):
     assert by_pixels["logits"].shape == (1, 2) and by_pixels["logits"].dtype == tf.float32
     assert (export_dir / "labels.txt").read_text() == "hstripes\thstripes\nvstripes\tvstripes\n"
     assert json.loads((export_dir / "tfcnn.json").read_text())["model"] == "resnet18"
+    # the SavedModel (normalization inside) scores the validation split as the trainer's own predict did
+    from tfcnn.evaluate import evaluate, parse_args
+
+    exported = evaluate(parse_args([f"--data_dir={stripes}", f"--saved_model={export_dir}", "--batch_size=16"]))
+    assert (exported["count"], exported["top1"]) == (48, summary["validation"]["top1"])
+
+
+def test_trainer_feeds_the_model_normalized_images():
+    from tfcnn.models import create_model
+    from tfcnn.training.trainer import ClassifierTrainer
+
+    model = create_model("resnet18", num_classes=3, input_shape=(32, 32, 3))
+    mean, std = (100.0, 110.0, 120.0), (50.0, 60.0, 70.0)
+    trainer = ClassifierTrainer(model, 3, mean=mean, std=std)
+    images = tf.cast(tf.random.stateless_uniform([2, 32, 32, 3], seed=(1, 2), maxval=256, dtype=tf.int32), tf.uint8)
+    expected = model((tf.cast(images, tf.float32) - mean) / std, training=False)
+    np.testing.assert_allclose(trainer(images, training=False).numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_nan_loss_in_fp32_stops_with_the_step(stripes, tmp_path):

@@ -79,8 +79,8 @@ def load_predictor(args, run):
     from tfcnn.training import checkpoints
 
     if args.saved_model:
-        serve = tf.saved_model.load(args.saved_model).signatures["serving_default"]
-        return lambda images: serve(images=tf.cast(images, tf.float32))["logits"]
+        loaded = tf.saved_model.load(args.saved_model)  # referenced by the closure: its variables must live
+        return lambda images: loaded.signatures["serving_default"](images=tf.cast(images, tf.float32))["logits"]
     path = args.checkpoint or checkpoints.latest_checkpoint(args.log_dir)
     if not path:
         raise ValueError(f"--log_dir {args.log_dir} holds no checkpoint (looked in "
