@@ -109,11 +109,8 @@ def evaluate(args) -> dict:
                                      num_classes=run["num_classes"],
                                      crop_fraction=model_info(run["model"]).crop_fraction,
                                      num_shards=distributed.size(), shard_index=distributed.rank())
-    try:
+    with pipeline.corrupt_records_named(args.data_dir, "validation", distributed.size(), distributed.rank()):
         local = count_correct(predict, dataset)
-    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
-        raise pipeline.explain_failure(error, args.data_dir, "validation", distributed.size(),
-                                       distributed.rank()) from error
     keys = ("count", "top1_correct", "top5_correct")
     summed = distributed.allreduce(tf.constant([local[k] for k in keys], tf.int64), average=False,
                                    name="tfcnn_eval_counts").numpy()

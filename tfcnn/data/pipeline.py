@@ -13,6 +13,7 @@ last batch may be partial), no repeat.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import tensorflow as tf
@@ -200,6 +201,20 @@ def explain_failure(error, data_dir: str, split: str, num_shards: int = 1, shard
         return error
     found = find_corrupt_record(shard_files(list_shards(data_dir, split), num_shards, shard_index))
     return DataError(f"corrupt {split} record: {found}") if found else error
+
+
+@contextlib.contextmanager
+def corrupt_records_named(data_dir: str | None, split: str, num_shards: int = 1, shard_index: int = 0):
+    """Around a loop over build_dataset(data_dir, split, ...): a parse or decode error leaves it as a
+    DataError naming the corrupt record (see explain_failure). No-op for synthetic data."""
+    try:
+        yield
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
+        if not data_dir:
+            raise
+        print(f"tfcnn: reading the {split} data failed; looking for a corrupt record in this rank's shards",
+              flush=True)
+        raise explain_failure(error, data_dir, split, num_shards, shard_index) from error
 
 
 def _first_line(error) -> str:

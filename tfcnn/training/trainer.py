@@ -234,16 +234,9 @@ def train(config: TrainConfig, callbacks=()) -> dict:
             manager = tf.train.CheckpointManager(checkpoint, checkpoints.checkpoint_dir(config.log_dir),
                                                  max_to_keep=config.keep_checkpoints, checkpoint_name="ckpt")
             own.append(Checkpointer(trainer, manager, plan))
-        try:
+        with pipeline.corrupt_records_named(config.data_dir, "train", distributed.size(), distributed.rank()):
             trainer.fit(dataset, epochs=1, steps_per_epoch=plan.total_steps - plan.start_step,
                         callbacks=own + list(callbacks), verbose=0)
-        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
-            if not config.data_dir:
-                raise
-            print(f"tfcnn: rank {distributed.rank()}: training stopped on an error; looking for a corrupt record "
-                  f"in its shards", flush=True)
-            raise pipeline.explain_failure(error, config.data_dir, "train", distributed.size(),
-                                           distributed.rank()) from error
     elif chief:
         print(f"nothing to train: the checkpoint in {config.log_dir} is at step {plan.start_step} of "
               f"{plan.total_steps}", flush=True)
