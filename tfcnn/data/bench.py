@@ -7,7 +7,11 @@ Pipelines (all read the same train shards with the same tf.data parallelism):
   later, in the model's step on the accelerator);
 - decode_only: full `decode_jpeg` of every record, nothing else (no augmentation, no resize);
 - classic: the older scripts' training path: full decode, then a distorted-bounding-box crop, resize,
-  flip, float32 batch normalized on the host.
+  flip, float32 batch normalized on the host;
+- crop_decode_only and train_image_only: tfcnn's image work in stages, over plainly read records (no
+  shuffling, seeding or label checks): the fused decode of the sampled crop alone (only its shape leaves
+  the map), then also the resize, rounding and flip batched as uint8. Between them and decode_only they
+  show what the fused crop saves, what the resize costs, and what the training stream's bookkeeping costs.
 Prints images/s (and per core) and each ratio against tfcnn; `--output FILE` writes the figures as JSON.
 """
 from __future__ import annotations
@@ -54,6 +58,19 @@ def classic_dataset(files, batch_size, image_size, mean, std):
     return ds.prefetch(AUTOTUNE)
 
 
+def stage_dataset(files, batch_size, image_size, stage):
+    """tfcnn's per-image work up to `stage` ('crop_decode' or 'train_image'); see the module docstring."""
+    def transform(index, serialized):
+        features = records.parse_example(serialized)
+        encoded, boxes, seed = features["encoded"], features["boxes"], tf.stack([tf.constant(0, tf.int64), index])
+        if stage == "crop_decode":
+            window = preprocessing.random_crop_window(encoded, boxes, seed)
+            return tf.shape(tf.image.decode_and_crop_jpeg(encoded, window, channels=3))
+        return preprocessing.train_image(encoded, boxes, seed, image_size)
+    ds = _records(files).enumerate().map(transform, num_parallel_calls=AUTOTUNE)
+    return ds.batch(batch_size, drop_remainder=True).prefetch(AUTOTUNE)
+
+
 def images_per_second(dataset, batch_size, images, warmup_batches=3):
     """Mean images/s over `images` images after `warmup_batches` batches (thread-pool spin-up)."""
     batches = max(1, images // batch_size)
@@ -76,6 +93,8 @@ def run(data_dir, batch_size=64, image_size=224, images=3000, mean=(123.68, 116.
                                                 num_classes=pipeline.num_classes_of(data_dir), deterministic=False),
         "decode_only": lambda: decode_only_dataset(files, batch_size),
         "classic": lambda: classic_dataset(files, batch_size, image_size, mean, std),
+        "crop_decode_only": lambda: stage_dataset(files, batch_size, image_size, "crop_decode"),
+        "train_image_only": lambda: stage_dataset(files, batch_size, image_size, "train_image"),
     }
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     rates = {name: [] for name in datasets}
@@ -104,11 +123,11 @@ def main(argv=None):
         result = run(args.data_dir, args.batch_size, args.image_size, args.images, repeats=args.repeats)
     except pipeline.DataError as error:
         sys.exit(f"tfcnn.data.bench: error: {error}")
-    print(f"{'pipeline':<14}{'img/s':>10}{'img/s/core':>12}{'tfcnn ratio':>13}   ({result['cores']} cores, "
+    print(f"{'pipeline':<18}{'img/s':>10}{'img/s/core':>12}{'tfcnn ratio':>13}   ({result['cores']} cores, "
           f"batch {args.batch_size}, {args.image_size} px)")
     for name, rate in result["images_per_sec"].items():
         ratio = result["ratio_tfcnn_vs"].get(name)
-        print(f"{name:<14}{rate:>10.1f}{result['images_per_sec_per_core'][name]:>12.1f}"
+        print(f"{name:<18}{rate:>10.1f}{result['images_per_sec_per_core'][name]:>12.1f}"
               f"{(f'{ratio:.2f}x' if ratio else '-'):>13}")
     if args.output:
         with open(args.output, "w") as f:
