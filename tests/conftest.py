@@ -28,6 +28,23 @@ def _jpeg(path, size, color, mode="RGB", quality=95):
     image.convert(mode).save(path, "JPEG", quality=quality)
 
 
+@pytest.fixture
+def write_corrupt_shard():
+    """write(directory, split): one shard of two records, `ok.jpg` (8x8 black, label 1) then `broken.jpg`
+    (the same JPEG cut to 40 bytes); returns the shard's path."""
+    from tfcnn.data import records
+
+    def write(directory, split):
+        path = os.path.join(str(directory), f"{split}-00000-of-00001")
+        good = tf.io.encode_jpeg(tf.zeros([8, 8, 3], tf.uint8)).numpy()
+        with tf.io.TFRecordWriter(path) as writer:
+            for name, encoded in (("ok.jpg", good), ("broken.jpg", good[:40])):
+                writer.write(records.make_example(encoded=encoded, height=8, width=8, label=1, synset="a", text="a",
+                                                  filename=name).SerializeToString())
+        return path
+    return write
+
+
 @pytest.fixture(scope="session")
 def raw_tree(tmp_path_factory):
     """A small ImageNet-like tree with the awkward cases: uneven classes, a PNG named .JPEG, a CMYK

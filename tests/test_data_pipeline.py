@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from imagenet_prep import build_tfrecords as bt
-from tfcnn.data import pipeline, preprocessing, records
+from tfcnn.data import pipeline, preprocessing
 
 MEAN, STD = (123.68, 116.78, 103.94), (58.395, 57.12, 57.375)
 
@@ -154,14 +154,8 @@ def test_label_outside_the_model_classes_names_the_image(shards):
     assert pipeline.explain_failure(error.value, shards, "validation") is error.value  # no slow scan: it names them
 
 
-def test_corrupt_record_is_found_and_named(tmp_path):
-    path = str(tmp_path / "train-00000-of-00001")
-    with tf.io.TFRecordWriter(path) as writer:
-        good = tf.io.encode_jpeg(tf.zeros([8, 8, 3], tf.uint8)).numpy()
-        writer.write(records.make_example(encoded=good, height=8, width=8, label=1, synset="a", text="a",
-                                          filename="ok.jpg").SerializeToString())
-        writer.write(records.make_example(encoded=good[:40], height=8, width=8, label=1, synset="a", text="a",
-                                          filename="broken.jpg").SerializeToString())
+def test_corrupt_record_is_found_and_named(tmp_path, write_corrupt_shard):
+    path = write_corrupt_shard(tmp_path, "train")
     message = pipeline.find_corrupt_record([path])
     assert message.startswith(f"{path}: record 1 (broken.jpg): ")
     with pytest.raises(tf.errors.InvalidArgumentError) as error:

@@ -83,6 +83,15 @@ def test_evaluation_errors(eval_setup, tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+def test_a_corrupt_validation_record_is_named(eval_setup, tmp_path, write_corrupt_shard):
+    _, checkpoint, _ = eval_setup
+    path = write_corrupt_shard(tmp_path, "validation")
+    done = run_evaluate([], str(tmp_path), checkpoint, tmp_path / "eval.json")
+    assert done.returncode != 0
+    assert f"corrupt validation record: {path}: record 1 (broken.jpg)" in done.stderr
+    assert not (tmp_path / "eval.json").exists()
+
+
 def test_benchmark_writes_ordered_percentiles(tmp_path):
     cmd = [sys.executable, "-m", "tfcnn.benchmark", "--models=resnet18", "--batch_sizes=1,2", "--image_size=32",
            "--steps=6", "--warmup_steps=1", f"--output_dir={tmp_path}"]
