@@ -174,6 +174,30 @@ def test_trainer_feeds_the_model_normalized_images():
     np.testing.assert_allclose(trainer(images, training=False).numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)
 
 
+def test_xla_steps_match_the_plain_steps():
+    """--use_xla compiles the forward and backward pass (normalization included): two SGD steps must
+    leave the same weights and batch-norm statistics as without XLA."""
+    from tfcnn.models import create_model
+    from tfcnn.training.trainer import ClassifierTrainer
+
+    images = tf.cast(tf.random.stateless_uniform([4, 32, 32, 3], seed=(5, 6), maxval=256, dtype=tf.int32), tf.uint8)
+    labels = tf.constant([0, 1, 2, 1])
+    initial = None
+    finals = []
+    for use_xla in (False, True):
+        model = create_model("resnet18", num_classes=3, input_shape=(32, 32, 3))
+        initial = initial or model.get_weights()
+        model.set_weights(initial)
+        trainer = ClassifierTrainer(model, 3, mean=(120.0, 115.0, 100.0), std=(60.0, 57.0, 58.0), use_xla=use_xla)
+        trainer.compile(optimizer=tf.keras.optimizers.SGD(0.1, momentum=0.9))
+        for _ in range(2):
+            trainer.train_step((images, labels))
+        finals.append(model.get_weights())
+    assert any(not np.allclose(a, b) for a, b in zip(initial, finals[0]))  # the steps did change the weights
+    for plain, xla, variable in zip(*finals, model.weights):
+        np.testing.assert_allclose(xla, plain, rtol=1e-4, atol=1e-5, err_msg=variable.name)
+
+
 def test_nan_loss_in_fp32_stops_with_the_step(stripes, tmp_path):
     with pytest.raises(NonFiniteLossError, match=r"the loss became NaN or infinite at step \d+ \(fp32\)"):
         train(make_config(**{**TINY, "lr": 1e12}, data_dir=stripes, num_iter=40, iter_unit="batch",

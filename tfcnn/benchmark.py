@@ -28,7 +28,7 @@ from tfcnn import distributed
 from tfcnn.data.pipeline import synthetic_dataset
 from tfcnn.data.preprocessing import normalize_batch
 from tfcnn.models import create_model, list_models, model_info
-from tfcnn.precision import COMPUTE_DTYPES, PRECISIONS, set_policy
+from tfcnn.precision import COMPUTE_DTYPES, PRECISIONS, set_policy, xla_note
 
 PERCENTILES = (50, 90, 95, 99)
 CSV_FIELDS = ["model", "mode", "precision", "use_xla", "image_size", "batch_size", "ranks", "status",
@@ -182,6 +182,8 @@ def main(argv=None):
             "ranks": distributed.size() if args.mode == "train" else 1}
     log(f"tfcnn.benchmark: {args.mode}, {args.precision}{' + XLA' if args.use_xla else ''}, synthetic data, "
         f"{meta['ranks']} rank(s), on {meta['device']}; {args.warmup_steps} warmup + {args.steps} timed steps")
+    if note := xla_note(args.use_xla):
+        log(f"tfcnn.benchmark: {note}")
     log(f"{'model':<22}{'batch':>6}{'img/s':>11}{'img/s/gpu':>11}" + "".join(f"{f'p{p} ms':>9}" for p in PERCENTILES))
     rows = run(args.models, args.mode, args.batch_sizes, args.precision, args.use_xla, args.image_size,
                args.warmup_steps, args.steps, log)

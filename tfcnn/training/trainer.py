@@ -22,7 +22,7 @@ from tfcnn import distributed
 from tfcnn.fileio import atomic_write_text
 from tfcnn.data import pipeline, preprocessing
 from tfcnn.models import create_model, model_info
-from tfcnn.precision import set_policy
+from tfcnn.precision import set_policy, xla_note
 from tfcnn.training import checkpoints
 from tfcnn.training.config import IMAGENET_TRAIN_IMAGES, TrainConfig, validate
 from tfcnn.training.optimizers import build_optimizer, decayed_variables, l2_penalty, optimizer_variables
@@ -397,6 +397,8 @@ def _print_start(plan: Plan):
           f"{c.lr * plan.global_batch / 256:g} ({c.lr_schedule}, {c.warmup_epochs:g} warmup epochs); "
           f"{plan.total_steps} steps ({plan.steps_per_epoch} per epoch)"
           + (f"; resuming from {plan.checkpoint} at step {plan.start_step}" if plan.checkpoint else ""), flush=True)
+    if note := xla_note(c.use_xla):
+        print(f"tfcnn: {note}", flush=True)
 
 
 def _print_summary(s: dict):
