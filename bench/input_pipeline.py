@@ -4,7 +4,7 @@
 
 Without --data_dir it draws --num_images images of typical ImageNet size (375-500 px a side, about
 100 KB each) and converts them with imagenet_prep (shorter side capped at 480, JPEG quality 90) into a
-temporary directory. The three pipelines then read the same train shards in one process
+temporary directory. The pipelines then read the same train shards in one process
 (tfcnn.data.bench): tfcnn (fused decode-and-crop), decode_only (full decode_jpeg, no augmentation)
 and classic (full decode, then sample_distorted_bounding_box crop, resize), plus tfcnn's image work in
 stages (crop_decode_only, train_image_only) that shows where the time goes. Reports img/s per core.
