@@ -32,7 +32,7 @@ from tfcnn.precision import COMPUTE_DTYPES, PRECISIONS, set_policy, xla_note
 
 PERCENTILES = (50, 90, 95, 99)
 CSV_FIELDS = ["model", "mode", "precision", "use_xla", "image_size", "batch_size", "ranks", "status",
-              "img_per_sec", "img_per_sec_per_gpu", "latency_ms_mean", "latency_ms_p50", "latency_ms_p90",
+              "img_per_sec", "img_per_sec_per_rank", "latency_ms_mean", "latency_ms_p50", "latency_ms_p90",
               "latency_ms_p95", "latency_ms_p99", "steps", "warmup_steps"]
 
 
@@ -82,7 +82,7 @@ def measure(step, warmup_steps, steps):
 
 def summarize(times, batch_size, ranks) -> dict:
     per_step = float(np.mean(times))
-    row = {"img_per_sec": batch_size * ranks / per_step, "img_per_sec_per_gpu": batch_size / per_step,
+    row = {"img_per_sec": batch_size * ranks / per_step, "img_per_sec_per_rank": batch_size / per_step,
            "latency_ms_mean": 1000 * per_step}
     for p, value in zip(PERCENTILES, np.percentile(times, PERCENTILES)):
         row[f"latency_ms_p{p}"] = 1000 * float(value)
@@ -101,7 +101,7 @@ def run(models, mode, batch_sizes, precision="fp32", use_xla=False, image_size=N
             try:
                 times = measure(make_step(name, mode, batch_size, size, precision, use_xla), warmup_steps, steps)
                 row.update(status="ok", **summarize(times, batch_size, ranks))
-                log(f"{name:<22}{batch_size:>6}{row['img_per_sec']:>11.1f}{row['img_per_sec_per_gpu']:>11.1f}"
+                log(f"{name:<22}{batch_size:>6}{row['img_per_sec']:>11.1f}{row['img_per_sec_per_rank']:>11.1f}"
                     + "".join(f"{row[f'latency_ms_p{p}']:>9.1f}" for p in PERCENTILES))
             except WarmupError as error:
                 row["status"] = str(error)
@@ -184,7 +184,7 @@ def main(argv=None):
         f"{meta['ranks']} rank(s), on {meta['device']}; {args.warmup_steps} warmup + {args.steps} timed steps")
     if note := xla_note(args.use_xla):
         log(f"tfcnn.benchmark: {note}")
-    log(f"{'model':<22}{'batch':>6}{'img/s':>11}{'img/s/gpu':>11}" + "".join(f"{f'p{p} ms':>9}" for p in PERCENTILES))
+    log(f"{'model':<22}{'batch':>6}{'img/s':>11}{'img/s/rank':>11}" + "".join(f"{f'p{p} ms':>9}" for p in PERCENTILES))
     rows = run(args.models, args.mode, args.batch_sizes, args.precision, args.use_xla, args.image_size,
                args.warmup_steps, args.steps, log)
     if chief and args.output_dir:
