@@ -114,6 +114,17 @@ def test_benchmark_writes_ordered_percentiles(tmp_path):
                 int(row["batch_size"]) * 1000 / float(row["latency_ms_mean"]), rel=1e-6)
 
 
+def test_benchmark_with_xla_runs_and_notes_it_is_slower_without_a_gpu(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "tfcnn.benchmark", "--models=resnet18", "--batch_sizes=2",
+                           "--image_size=32", "--steps=2", "--warmup_steps=1", "--use_xla",
+                           f"--output_dir={tmp_path}"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "benchmark.json").read_text())
+    assert result["use_xla"] is True and result["results"][0]["status"] == "ok"
+    no_gpu = not tf.config.list_physical_devices("GPU")
+    assert ("XLA's CPU convolutions are slower" in done.stdout) == no_gpu
+
+
 @pytest.mark.parametrize("args, message", [
     (["--batch_sizes="], "--batch_sizes must list at least one positive integer"),
     (["--models=resnet18,nope"], "unknown model name(s) in --models: nope"),
