@@ -64,8 +64,7 @@ def stage_dataset(files, batch_size, image_size, stage):
         features = records.parse_example(serialized)
         encoded, boxes, seed = features["encoded"], features["boxes"], tf.stack([tf.constant(0, tf.int64), index])
         if stage == "crop_decode":
-            window = preprocessing.random_crop_window(encoded, boxes, seed)
-            return tf.shape(tf.image.decode_and_crop_jpeg(encoded, window, channels=3))
+            return tf.shape(preprocessing.train_crop(encoded, boxes, seed))
         return preprocessing.train_image(encoded, boxes, seed, image_size)
     ds = _records(files).enumerate().map(transform, num_parallel_calls=AUTOTUNE)
     return ds.batch(batch_size, drop_remainder=True).prefetch(AUTOTUNE)

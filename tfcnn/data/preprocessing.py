@@ -30,11 +30,16 @@ def random_crop_window(encoded, boxes, seed, area_range=(0.08, 1.0), aspect_rang
     return tf.stack([begin[0], begin[1], size[0], size[1]])
 
 
-def train_image(encoded, boxes, seed, image_size, area_range=(0.08, 1.0), aspect_range=(3 / 4, 4 / 3)):
-    """Random-area, random-aspect crop (decoded fused), resized to image_size x image_size, random
-    horizontal flip. seed: int32/int64 [2]. Returns uint8 [image_size, image_size, 3]."""
+def train_crop(encoded, boxes, seed, area_range=(0.08, 1.0), aspect_range=(3 / 4, 4 / 3)):
+    """The random-area, random-aspect crop of random_crop_window, decoded fused: uint8 [h, w, 3]."""
     window = random_crop_window(encoded, boxes, seed, area_range, aspect_range)
-    image = resize_to_uint8(tf.image.decode_and_crop_jpeg(encoded, window, channels=3), image_size)
+    return tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
+
+
+def train_image(encoded, boxes, seed, image_size, area_range=(0.08, 1.0), aspect_range=(3 / 4, 4 / 3)):
+    """train_crop resized to image_size x image_size, random horizontal flip. seed: int32/int64 [2].
+    Returns uint8 [image_size, image_size, 3]."""
+    image = resize_to_uint8(train_crop(encoded, boxes, seed, area_range, aspect_range), image_size)
     return tf.image.stateless_random_flip_left_right(image, seed=seed[::-1])
 
 
