@@ -22,6 +22,6 @@ setup(
         "Pillow>=10",
         "matplotlib>=3.7,<3.10",
     ],
-    extras_require={"dev": ["pytest>=7", "pytest-timeout>=2"]},
+    extras_require={"dev": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3.5"]},
     license="Apache-2.0",
 )

@@ -19,6 +19,7 @@ fi
 base_url=${IMAGENET_BASE_URL:-https://image-net.org/data/ILSVRC/2012}
 labels_url=${IMAGENET_LABELS_URL:-https://raw.githubusercontent.com/tensorflow/models/master/research/slim/datasets}
 python=${PYTHON:-python3}
+command -v curl >/dev/null || { echo "error: curl is needed to download (e.g. 'apt-get install curl')" >&2; exit 2; }
 mkdir -p "$dest/downloads"
 
 user=${IMAGENET_USERNAME:-}

@@ -16,8 +16,9 @@ from tfcnn.data.preprocessing import normalize_batch
 from tfcnn.models import create_model, model_info
 from tfcnn.training import checkpoints
 
+from launchers import HOROVODRUN_GLOO
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.dirname(sys.executable)
 NUM_CLASSES, SIZE = 10, 32
 
 
@@ -58,8 +59,7 @@ def run_evaluate(launcher, data_dir, checkpoint, output, *extra):
     return done
 
 
-@pytest.mark.parametrize("launcher", [[], [os.path.join(BIN, "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2"]],
-                         ids=["single", "horovodrun-2"])
+@pytest.mark.parametrize("launcher", [pytest.param([], id="single"), pytest.param(HOROVODRUN_GLOO, id="horovodrun-2")])
 def test_evaluation_counts_equal_the_hand_computed_reference(eval_setup, tmp_path, launcher):
     data_dir, checkpoint, reference = eval_setup
     done = run_evaluate(launcher, data_dir, checkpoint, tmp_path / "eval.json")

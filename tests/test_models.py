@@ -22,8 +22,8 @@ GOLDEN_GMACS = {
 
 
 def small_shape(name):
-    """A small input the model accepts: keeps CPU tests fast."""
-    side = 96 if name == "inception_v3" else 64
+    """The smallest input the model accepts: keeps CPU tests fast."""
+    side = model_info(name).min_size
     return (side, side, 3)
 
 

@@ -49,6 +49,7 @@ def test_links_in_archives_are_refused(tmp_path):
         safe_extract(str(archive), str(tmp_path / "dest"))
 
 
+@pytest.mark.skipif(shutil.which("curl") is None, reason="the download script needs curl, which is not installed")
 def test_download_script_with_a_local_mirror(raw_tree, tmp_path):
     """The real script against file:// URLs: download, skip what is present, extract, never print the key."""
     mirror = tmp_path / "mirror"

@@ -17,9 +17,10 @@ from tfcnn.training import checkpoints
 from tfcnn.training.optimizers import build_optimizer, decayed_variables
 from tfcnn.training.schedules import WarmupDecay
 
+from launchers import HOROVODRUN_GLOO, MPIEXEC, needs_mpi
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(REPO, "tests", "scripts", "train_probe.py")
-BIN = os.path.dirname(sys.executable)
 TINY = dict(model="resnet18", image_size=32, batch_size=8, display_every=4, warmup_epochs=0, lr=0.5,
             benchmark_warmup_steps=2)
 
@@ -40,10 +41,6 @@ def run_probe(launcher, config, out_dir, *extra, timeout=600):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
-
-
-HOROVODRUN_GLOO = [os.path.join(BIN, "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2"]
-MPIEXEC = ["mpiexec", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
 
 
 # ------------------------------------------------------------------------------------------- units
@@ -119,6 +116,21 @@ def test_missing_shards_and_foreign_log_dir_fail_before_training(stripes, tmp_pa
     os.remove(log_dir / "config.json")  # the checkpoint itself also names its model
     with pytest.raises(ValueError, match=f"--log_dir {log_dir} holds a checkpoint of resnet18 .*not of --model resnet34"):
         train(make_config(**{**TINY, "model": "resnet34"}, data_dir=stripes, log_dir=str(log_dir)))
+
+
+def test_slow_precision_and_xla_without_a_gpu_are_named(monkeypatch):
+    from tfcnn import precision
+
+    monkeypatch.setattr(precision, "has_gpu", lambda: False)
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    fp16, xla = precision.hardware_notes("fp16", use_xla=True)
+    assert "--precision fp16 without a GPU: TensorFlow has no fast fp16 kernels on CPUs" in fp16
+    assert "use --precision fp32" in fp16 and "--use_xla without a GPU" in xla
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
+    assert "use --precision bf16" in precision.hardware_notes("fp16")[0]
+    assert precision.hardware_notes("bf16") == precision.hardware_notes("fp32") == []
+    monkeypatch.setattr(precision, "has_gpu", lambda: True)
+    assert precision.hardware_notes("fp16", use_xla=True) == []
 
 
 # ------------------------------------------------------------------------------- single process
@@ -235,6 +247,22 @@ def test_resume_after_interruption_matches_uninterrupted_run(stripes, tmp_path):
         np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
 
 
+def test_rerunning_a_complete_run_does_nothing(stripes, tmp_path, capsys):
+    config = dict(TINY, data_dir=stripes, num_iter=3, iter_unit="batch", log_dir=str(tmp_path / "run"))
+    train(make_config(**config))
+    files = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+    capsys.readouterr()
+    summary = train(make_config(**config, export_dir=str(tmp_path / "export"), predict=True))
+    out = capsys.readouterr().out
+    assert f"the run in --log_dir {tmp_path / 'run'} is already complete at step 3 of 3: nothing to do" in out
+    assert "done:" not in out and summary["complete"]
+    assert not (tmp_path / "export").exists()  # nothing else: no export, no evaluation, no new files
+    assert {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()} == files
+    with pytest.raises(ValueError, match=r"--num_iter 2 --iter_unit batch \(2 steps\) is below step 3 of the "
+                                         r"latest checkpoint in --log_dir .*: that run already went further"):
+        train(make_config(**{**config, "num_iter": 2}))
+
+
 def test_killed_run_resumes_from_its_last_checkpoint(stripes, tmp_path):
     """SIGKILL at an arbitrary moment: the latest checkpoint is complete and the rerun continues from it."""
     args = [sys.executable, os.path.join(REPO, "examples", "train.py"), "--model=resnet18", f"--data_dir={stripes}",
@@ -266,10 +294,25 @@ def test_command_line_errors_exit_nonzero_with_the_flag(tmp_path):
         assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
 
 
+@pytest.mark.parametrize("user_level", [None, "0"], ids=["default", "user-set-0"])
+def test_tensorflow_start_up_lines_are_quiet_unless_the_user_asks(user_level):
+    """Not only tfcnn's entry points load TensorFlow: horovodrun's build check does, in a process of Horovod's
+    own, as this plain import does. make install's tfcnn-env.pth quiets every Python of the venv before
+    anything is imported, and a TF_CPP_MIN_LOG_LEVEL the user set still wins."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    if user_level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = user_level
+    done = subprocess.run([sys.executable, "-c", "import horovod.tensorflow"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (" I tensorflow/" in done.stdout + done.stderr) == (user_level == "0"), done.stderr[-2000:]
+
+
 # -------------------------------------------------------------------------------- multi process
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", [HOROVODRUN_GLOO, MPIEXEC], ids=["horovodrun-gloo", "mpiexec"])
+@pytest.mark.parametrize("launcher", [pytest.param(HOROVODRUN_GLOO, id="horovodrun-gloo"),
+                                      pytest.param(MPIEXEC, id="mpiexec", marks=needs_mpi)])
 def test_two_ranks_keep_identical_weights(stripes, tmp_path, launcher):
     config = dict(TINY, data_dir=stripes, num_iter=10, iter_unit="batch", lr=0.4, warmup_epochs=0.5,
                   log_dir=str(tmp_path / "run"))
@@ -296,7 +339,8 @@ def test_two_ranks_keep_identical_weights(stripes, tmp_path, launcher):
 def test_fp16_overflow_on_one_rank_skips_the_step_on_all(stripes, tmp_path):
     config = dict(TINY, data_dir=stripes, num_iter=5, iter_unit="batch", precision="fp16", lr=0.2, batch_size=4,
                   image_size=32)
-    run_probe(HOROVODRUN_GLOO, config, tmp_path, "--inject_inf_rank", "1", "--inject_inf_step", "3")
+    out = run_probe(HOROVODRUN_GLOO, config, tmp_path, "--inject_inf_rank", "1", "--inject_inf_step", "3")
+    assert ("TensorFlow has no fast fp16 kernels on CPUs" in out) == (not tf.config.list_physical_devices("GPU"))
     r0, r1 = np.load(tmp_path / "rank0.npz"), np.load(tmp_path / "rank1.npz")
     for rank in (r0, r1):
         assert rank["steps"].tolist() == [1, 2, 3, 4, 5]

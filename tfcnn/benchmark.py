@@ -28,7 +28,7 @@ from tfcnn import distributed
 from tfcnn.data.pipeline import synthetic_dataset
 from tfcnn.data.preprocessing import normalize_batch
 from tfcnn.models import create_model, list_models, model_info
-from tfcnn.precision import COMPUTE_DTYPES, PRECISIONS, set_policy, xla_note
+from tfcnn.precision import COMPUTE_DTYPES, PRECISIONS, cpu_flags, hardware_notes, set_policy
 
 PERCENTILES = (50, 90, 95, 99)
 CSV_FIELDS = ["model", "mode", "precision", "use_xla", "image_size", "batch_size", "ranks", "status",
@@ -115,14 +115,12 @@ def run(models, mode, batch_sizes, precision="fp32", use_xla=False, image_size=N
 def environment() -> dict:
     gpus = tf.config.list_physical_devices("GPU")
     gpu_names = [tf.config.experimental.get_device_details(g).get("device_name", "GPU") for g in gpus]
-    cpu, flags = platform.processor(), set()
+    cpu = platform.processor()
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
-            first_cpu = f.read().split("\n\n")[0].splitlines()
-        info = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in first_cpu if ":" in line)}
-        cpu, flags = info.get("model name", cpu), set(info.get("flags", "").split())
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     # Virtual machines often hide the CPU model; the vector extensions decide oneDNN's convolution speed.
-    simd = next((name for name in ("avx512f", "avx2", "avx") if name in flags), "unknown")
+    simd = next((name for name in ("avx512f", "avx2", "avx") if name in cpu_flags()), "unknown")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"tensorflow": tf.__version__, "gpus": gpu_names, "cpu": cpu, "cpu_simd": simd, "cpu_cores": cores,
             "device": ", ".join(gpu_names) if gpu_names else f"CPU ({cpu}, {cores} cores, {simd})"}
@@ -182,7 +180,7 @@ def main(argv=None):
             "ranks": distributed.size() if args.mode == "train" else 1}
     log(f"tfcnn.benchmark: {args.mode}, {args.precision}{' + XLA' if args.use_xla else ''}, synthetic data, "
         f"{meta['ranks']} rank(s), on {meta['device']}; {args.warmup_steps} warmup + {args.steps} timed steps")
-    if note := xla_note(args.use_xla):
+    for note in hardware_notes(args.precision, args.use_xla):
         log(f"tfcnn.benchmark: {note}")
     log(f"{'model':<22}{'batch':>6}{'img/s':>11}{'img/s/rank':>11}" + "".join(f"{f'p{p} ms':>9}" for p in PERCENTILES))
     rows = run(args.models, args.mode, args.batch_sizes, args.precision, args.use_xla, args.image_size,

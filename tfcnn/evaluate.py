@@ -16,8 +16,7 @@ import sys
 
 import tensorflow as tf
 
-from tfcnn.precision import COMPUTE_DTYPES, PRECISIONS, set_policy
-
+from tfcnn.precision import COMPUTE_DTYPES, PRECISIONS, hardware_notes, set_policy
 
 
 def count_correct(predict_fn, dataset) -> dict:
@@ -102,6 +101,9 @@ def evaluate(args) -> dict:
     from tfcnn.models import model_info
 
     distributed.init()
+    if distributed.is_chief():
+        for note in hardware_notes(args.precision):
+            print(f"tfcnn.evaluate: {note}", flush=True)
     run = resolve_run(args)
     pipeline.list_shards(args.data_dir, "validation")  # a clear error before loading any weights
     predict = load_predictor(args, run)

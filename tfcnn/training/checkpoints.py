@@ -12,6 +12,7 @@ import tensorflow as tf
 CHECKPOINT_SUBDIR = "checkpoints"
 _NAME_KEY = "tfcnn_model/.ATTRIBUTES/VARIABLE_VALUE"
 _CLASSES_KEY = "tfcnn_num_classes/.ATTRIBUTES/VARIABLE_VALUE"
+_STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 def make_checkpoint(model_name: str, model: tf.keras.Model, num_classes: int, **state) -> tf.train.Checkpoint:
@@ -36,6 +37,12 @@ def describe(path: str) -> tuple[str | None, int | None]:
     name = reader.get_tensor(_NAME_KEY).decode() if _NAME_KEY in names else None
     classes = int(reader.get_tensor(_CLASSES_KEY)) if _CLASSES_KEY in names else None
     return name, classes
+
+
+def trained_steps(path: str) -> int:
+    """The training step a checkpoint was written at (0 for one without a step, e.g. weights only)."""
+    reader = tf.train.load_checkpoint(path)
+    return int(reader.get_tensor(_STEP_KEY)) if reader.has_tensor(_STEP_KEY) else 0
 
 
 def check_compatible(path: str, model_name: str, num_classes: int, where: str) -> None:

@@ -22,7 +22,7 @@ from tfcnn import distributed
 from tfcnn.fileio import atomic_write_text
 from tfcnn.data import pipeline, preprocessing
 from tfcnn.models import create_model, model_info
-from tfcnn.precision import set_policy, xla_note
+from tfcnn.precision import hardware_notes, set_policy
 from tfcnn.training import checkpoints
 from tfcnn.training.config import IMAGENET_TRAIN_IMAGES, TrainConfig, validate
 from tfcnn.training.optimizers import build_optimizer, decayed_variables, l2_penalty, optimizer_variables
@@ -165,6 +165,12 @@ def plan_run(config: TrainConfig) -> Plan:
         if plan.checkpoint:
             checkpoints.check_compatible(plan.checkpoint, config.model, config.num_classes,
                                          f"--log_dir {config.log_dir}")
+            plan.start_step = checkpoints.trained_steps(plan.checkpoint)
+            if plan.start_step > total:
+                raise ValueError(
+                    f"--num_iter {config.num_iter} --iter_unit {config.iter_unit} ({total} steps) is below step "
+                    f"{plan.start_step} of the latest checkpoint in --log_dir {config.log_dir}: that run already "
+                    f"went further. Pass --num_iter of at least its length to continue it, or another --log_dir")
     return plan
 
 
@@ -211,8 +217,14 @@ def train(config: TrainConfig, callbacks=()) -> dict:
     distributed.init()
     config = resolve(config)
     plan = plan_run(config)
-    model, optimizer, trainer, checkpoint, lr = build_trainer(plan)
     chief = distributed.is_chief()
+    if plan.checkpoint and plan.start_step == plan.total_steps:
+        if chief:
+            print(f"tfcnn: the run in --log_dir {config.log_dir} is already complete at step {plan.start_step} "
+                  f"of {plan.total_steps}: nothing to do. Pass a larger --num_iter to train it further, or "
+                  f"another --log_dir to start a new run", flush=True)
+        return {"complete": True, "start_step": plan.start_step, "total_steps": plan.total_steps}
+    model, optimizer, trainer, checkpoint, lr = build_trainer(plan)
     if chief and config.log_dir:
         os.makedirs(config.log_dir, exist_ok=True)
         atomic_write_text(os.path.join(config.log_dir, CONFIG_FILE), config.to_json())
@@ -221,25 +233,21 @@ def train(config: TrainConfig, callbacks=()) -> dict:
     summary = {"config": dataclasses.asdict(config), "start_step": plan.start_step, "total_steps": plan.total_steps,
                "steps_per_epoch": plan.steps_per_epoch, "global_batch": plan.global_batch, "ranks": distributed.size()}
     logger = RunLogger(trainer, optimizer, lr, plan)
-    if plan.start_step < plan.total_steps:
-        dataset = pipeline.build_dataset(
-            config.data_dir, "train", config.batch_size, plan.image_size, num_classes=plan.num_classes,
-            num_shards=distributed.size(), shard_index=distributed.rank(),
-            seed=config.seed + 1_000_003 * distributed.rank(), start_step=plan.start_step)
-        if config.data_dir is None:  # synthetic: the one generated batch stays on the device
-            trainer.keep_batch_on_device(*next(iter(dataset)))
-            dataset = tf.data.Dataset.from_tensors(0).repeat()
-        own = [logger]
-        if config.log_dir:
-            manager = tf.train.CheckpointManager(checkpoint, checkpoints.checkpoint_dir(config.log_dir),
-                                                 max_to_keep=config.keep_checkpoints, checkpoint_name="ckpt")
-            own.append(Checkpointer(trainer, manager, plan))
-        with pipeline.corrupt_records_named(config.data_dir, "train", distributed.size(), distributed.rank()):
-            trainer.fit(dataset, epochs=1, steps_per_epoch=plan.total_steps - plan.start_step,
-                        callbacks=own + list(callbacks), verbose=0)
-    elif chief:
-        print(f"nothing to train: the checkpoint in {config.log_dir} is at step {plan.start_step} of "
-              f"{plan.total_steps}", flush=True)
+    dataset = pipeline.build_dataset(
+        config.data_dir, "train", config.batch_size, plan.image_size, num_classes=plan.num_classes,
+        num_shards=distributed.size(), shard_index=distributed.rank(),
+        seed=config.seed + 1_000_003 * distributed.rank(), start_step=plan.start_step)
+    if config.data_dir is None:  # synthetic: the one generated batch stays on the device
+        trainer.keep_batch_on_device(*next(iter(dataset)))
+        dataset = tf.data.Dataset.from_tensors(0).repeat()
+    own = [logger]
+    if config.log_dir:
+        manager = tf.train.CheckpointManager(checkpoint, checkpoints.checkpoint_dir(config.log_dir),
+                                             max_to_keep=config.keep_checkpoints, checkpoint_name="ckpt")
+        own.append(Checkpointer(trainer, manager, plan))
+    with pipeline.corrupt_records_named(config.data_dir, "train", distributed.size(), distributed.rank()):
+        trainer.fit(dataset, epochs=1, steps_per_epoch=plan.total_steps - plan.start_step,
+                    callbacks=own + list(callbacks), verbose=0)
     summary.update(logger.summary())
     if config.export_dir and chief:
         from tfcnn.training.export import export_saved_model
@@ -397,7 +405,7 @@ def _print_start(plan: Plan):
           f"{c.lr * plan.global_batch / 256:g} ({c.lr_schedule}, {c.warmup_epochs:g} warmup epochs); "
           f"{plan.total_steps} steps ({plan.steps_per_epoch} per epoch)"
           + (f"; resuming from {plan.checkpoint} at step {plan.start_step}" if plan.checkpoint else ""), flush=True)
-    if note := xla_note(c.use_xla):
+    for note in hardware_notes(c.precision, c.use_xla):
         print(f"tfcnn: {note}", flush=True)
 
 
@@ -406,7 +414,7 @@ def _print_summary(s: dict):
     if "img_per_sec" in s:
         lines.append(f"  throughput: {s['img_per_sec']:.1f} img/s (global, mean over {s['img_per_sec_steps']} steps, "
                      f"excluding {s['config']['benchmark_warmup_steps']} warmup steps)")
-    elif s["total_steps"] > s["start_step"]:
+    else:
         lines.append(f"  throughput: not measured: the run had no more steps than its "
                      f"{s['config']['benchmark_warmup_steps']} warmup steps")
     if s["final"]:
