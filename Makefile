@@ -21,6 +21,9 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 BENCH_RESULTS ?= bench/results
 
 install: $(STAMP)
+	@# OpenMPI installed after Horovod was built: build it again, now with MPI.
+	@if command -v mpicxx >/dev/null && ! TF_CPP_MIN_LOG_LEVEL=2 $(PY) -c "import sys, horovod.tensorflow as h; \
+	   sys.exit(0 if h.mpi_built() else 1)" 2>/dev/null; then rm -f $(STAMP); $(MAKE) --no-print-directory $(STAMP); fi
 	@TF_CPP_MIN_LOG_LEVEL=2 $(VENV)/bin/horovodrun --check-build
 
 # The stamp depends on what decides the install; a second `make install` only prints the build check.
@@ -44,7 +47,8 @@ $(STAMP): setup.py Makefile
 	 if $(PY) -c "$$check" 2>/dev/null; then echo "tfcnn: horovod already built"; else \
 	   echo "tfcnn: building horovod $(HOROVOD_VERSION) against TensorFlow ($$flags; about 6 minutes on 2 cores)"; \
 	   $(PIP) install cloudpickle psutil pyyaml packaging cffi && $$build || exit 1; \
-	   $(PY) -c "$$check" || { echo "tfcnn: the cached horovod wheel lacks MPI/Gloo; rebuilding without the cache"; $$build --no-cache-dir; } || exit 1; \
+	   $(PY) -c "$$check" || { echo "tfcnn: the cached horovod wheel lacks MPI/Gloo; rebuilding it"; \
+	     $(PIP) cache remove horovod >/dev/null 2>&1; $$build; } || exit 1; \
 	 fi
 	$(PIP) install -e ".[dev]"
 	@# Every Python of the venv (horovodrun's own build check loads TensorFlow too) starts with TensorFlow's

@@ -21,6 +21,7 @@ setup(
         "tensorflow-addons==0.23.0",
         "Pillow>=10",
         "matplotlib>=3.7,<3.10",
+        "safetensors>=0.4",
     ],
     extras_require={"dev": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3.5"]},
     license="Apache-2.0",

@@ -14,7 +14,7 @@ from imagenet_prep.demo_dataset import make_dataset
 from tfcnn.data import pipeline
 from tfcnn.data.preprocessing import normalize_batch
 from tfcnn.models import create_model, model_info
-from tfcnn.training import checkpoints
+from tfcnn import checkpoints
 
 from launchers import HOROVODRUN_GLOO
 

@@ -1,9 +1,18 @@
-"""The model zoo: golden parameter counts and GMACs, forward/backward, dtypes, config round trip."""
+"""The model zoo: golden parameter counts and GMACs, the reference's function with its weights,
+forward/backward, dtypes, config round trip.
+
+Per model: one build at full size (counts), one at the fixture's small input size loaded with the
+reference weights (function, gradients, config), one per mixed precision; a new model adds seconds.
+"""
+import json
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfcnn.models import create_model, list_models, model_info, model_overrides
+import weightgen
+from tfcnn.models import create_model, list_models, model_info
 from tfcnn.profile import count_macs, count_params
 
 ALL = list_models()
@@ -19,6 +28,7 @@ GOLDEN_GMACS = {
     "resnet18": 1.814, "resnet50": 4.089, "resnet101": 7.801, "resnet152": 11.514, "resnext50_32x4d": 4.23,
     "resnext101_32x4d": 7.97, "se_resnext50_32x4d": 4.233, "se_resnext101_32x4d": 7.975, "inception_v3": 5.713,
 }
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "reference")
 
 
 def small_shape(name):
@@ -27,9 +37,18 @@ def small_shape(name):
     return (side, side, 3)
 
 
-def test_registry_names():
-    assert ALL == EXPECTED_NAMES
-    assert list_models("se_*") == ["se_resnext101_32x4d", "se_resnext50_32x4d"]
+def reference_fixture(name):
+    with open(os.path.join(FIXTURES, f"{name}.json")) as f:
+        return json.load(f)
+
+
+def write_reference_weights(fixture, path, keys=None):
+    """The fixture's state dict (regenerated from its seed) as a .safetensors file in the reference naming."""
+    from safetensors.numpy import save_file
+
+    wanted = [(k, s) for k, s in fixture["keys"] if keys is None or k in keys]
+    save_file(weightgen.state_dict(wanted, fixture["seed"], fixture.get("damped")), str(path))
+    return str(path)
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -43,12 +62,31 @@ def test_golden_params_and_gmacs(name):
     assert count_macs(model) / 1e9 == pytest.approx(info.gmacs, rel=0.01)
 
 
+def test_every_model_has_a_reference_fixture():
+    assert sorted(n[:-5] for n in os.listdir(FIXTURES) if n.endswith(".json")) == ALL
+
+
 @pytest.mark.parametrize("name", ALL)
-def test_forward_backward_and_config_round_trip(name):
-    # Zero-initialized residual gammas would (correctly) zero the block weights' first gradients.
-    no_zero_init = {"zero_init_residual": False} if "zero_init_residual" in model_overrides(name) else {}
-    model = create_model(name, input_shape=small_shape(name), **no_zero_init)
-    images = tf.random.stateless_uniform((2, *small_shape(name)), seed=(1, 2), minval=-2, maxval=2)
+def test_reference_weights_gradients_and_config_round_trip(name, tmp_path):
+    """One build per model, at its fixture's small input size, loaded from the reference state dict:
+
+    1. the proof that tfcnn's model is the reference's network: same weights, same logits (fp32,
+       inference mode, non-trivial batch-norm statistics), to 1e-4 of the largest logit;
+    2. every variable gets a gradient (the loaded weights are non-zero everywhere, unlike a fresh
+       model's zero-initialized residual gammas);
+    3. the config rebuilds the same model.
+    """
+    fixture = reference_fixture(name)
+    assert fixture["reference"] == model_info(name).reference
+    size = fixture["input_size"]
+    path = write_reference_weights(fixture, tmp_path / "reference.safetensors")
+    model = create_model(name, weights=path, input_shape=(size, size, 3), log=lambda *_: None)
+    images = weightgen.images(fixture["seed"], 2, size)
+    expected = weightgen.decode(fixture["logits"], fixture["logits_shape"])
+    logits = model(images, training=False).numpy()
+    error = np.abs(logits - expected).max() / np.abs(expected).max()
+    assert error < 1e-4, f"{name}: logits differ from {fixture['reference']} by {error:.2e} relative"
+
     with tf.GradientTape() as tape:
         logits = model(images, training=True)
         loss = tf.reduce_mean(tf.square(logits))

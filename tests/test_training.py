@@ -13,7 +13,7 @@ import tensorflow as tf
 from imagenet_prep.build_tfrecords import build_tfrecords
 from imagenet_prep.demo_dataset import make_dataset
 from tfcnn.training import NonFiniteLossError, make_config, train
-from tfcnn.training import checkpoints
+from tfcnn import checkpoints
 from tfcnn.training.optimizers import build_optimizer, decayed_variables
 from tfcnn.training.schedules import WarmupDecay
 

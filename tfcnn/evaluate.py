@@ -75,7 +75,7 @@ def load_predictor(args, run):
     """uint8 0-255 images -> logits; normalization included (a SavedModel has it inside)."""
     from tfcnn.data.preprocessing import normalize_batch
     from tfcnn.models import create_model, model_info
-    from tfcnn.training import checkpoints
+    from tfcnn import checkpoints
 
     if args.saved_model:
         loaded = tf.saved_model.load(args.saved_model)  # referenced by the closure: its variables must live

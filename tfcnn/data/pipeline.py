@@ -68,16 +68,19 @@ def num_classes_of(data_dir: str | None, default: int = 1000) -> int:
 
 def build_dataset(data_dir: str | None, split: str, batch_size: int, image_size: int, *, num_classes: int = 1000,
                   num_shards: int = 1, shard_index: int = 0, seed: int = 0, start_step: int = 0,
-                  crop_fraction: float = 0.875, area_range=(0.08, 1.0), aspect_range=(3 / 4, 4 / 3),
+                  crop_fraction: float = 0.875, interpolation: str = "bilinear", area_range=(0.08, 1.0),
+                  aspect_range=(3 / 4, 4 / 3),
                   shuffle_buffer: int = 10_000, synthetic: bool = False, deterministic: bool = True):
     """A dataset of (images uint8 [batch, size, size, 3] RGB, labels int32 [batch]).
 
     split 'train': infinite, augmented, batches of exactly batch_size, starting at `start_step`.
-    split 'validation': one pass, centre crops, the last batch may be smaller.
+    split 'validation': one pass, centre crops (torchvision's resize-then-crop view, `interpolation`
+    bilinear or bicubic, antialiased), the last batch may be smaller.
     data_dir None or synthetic=True: random images generated once and repeated (benchmarks).
     num_shards / shard_index: the Horovod size / rank; each rank reads a disjoint set of files.
     """
-    _check_args(batch_size, image_size, num_classes, start_step, area_range, aspect_range, crop_fraction)
+    _check_args(batch_size, image_size, num_classes, start_step, area_range, aspect_range, crop_fraction,
+                interpolation)
     if synthetic or data_dir is None:
         return synthetic_dataset(batch_size, image_size, num_classes, seed)
     files = shard_files(list_shards(data_dir, split), num_shards, shard_index)
@@ -104,7 +107,7 @@ def build_dataset(data_dir: str | None, split: str, batch_size: int, image_size:
 
         def transform(serialized):
             features = records.parse_example(serialized)
-            image = preprocessing.eval_image(features["encoded"], image_size, crop_fraction)
+            image = preprocessing.eval_image(features["encoded"], image_size, crop_fraction, interpolation)
             return image, features["label"], features["filename"]
 
         ds = ds.map(transform, num_parallel_calls=AUTOTUNE).batch(batch_size, drop_remainder=False)
@@ -161,7 +164,8 @@ def synthetic_dataset(batch_size, image_size, num_classes, seed=0):
     return tf.data.Dataset.from_tensors((tf.cast(images, tf.uint8), labels)).repeat()
 
 
-def _check_args(batch_size, image_size, num_classes, start_step, area_range, aspect_range, crop_fraction):
+def _check_args(batch_size, image_size, num_classes, start_step, area_range, aspect_range, crop_fraction,
+                interpolation):
     for name, value in (("batch_size", batch_size), ("image_size", image_size), ("num_classes", num_classes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise DataError(f"{name} must be a positive integer, received: {value!r}")
@@ -173,6 +177,9 @@ def _check_args(batch_size, image_size, num_classes, start_step, area_range, asp
         raise DataError(f"aspect_range must satisfy 0 < min <= max, received: {aspect_range}")
     if not 0 < crop_fraction <= 1:
         raise DataError(f"crop_fraction must be in (0, 1], received: {crop_fraction}")
+    if interpolation not in preprocessing.INTERPOLATIONS:
+        raise DataError(f"interpolation must be one of {', '.join(preprocessing.INTERPOLATIONS)}, "
+                        f"received: {interpolation!r}")
 
 
 def find_corrupt_record(files: list[str]) -> str | None:

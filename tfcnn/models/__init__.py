@@ -3,11 +3,15 @@
     from tfcnn.models import create_model, list_models, model_info
     model = create_model("resnet50")                   # float32 logits, (None, 1000)
     info = model_info("inception_v3")                  # input_size=299, crop_fraction=0.875, ...
+    pretrained = create_model("resnet50", weights="resnet50-0676ba61.pth")   # timm / torchvision weights
 """
-from tfcnn.models.registry import ModelInfo, create_model, list_models, model_info, model_overrides, register_model
+from tfcnn.models.registry import (DataConfig, ModelInfo, create_model, list_models, model_info, model_overrides,
+                                   register_model)
+from tfcnn.models.weights import load_weights
 
 # Importing a family registers its variants.
 from tfcnn.models import inception_v3 as _inception_v3  # noqa: E402,F401
 from tfcnn.models import resnet as _resnet  # noqa: E402,F401
 
-__all__ = ["ModelInfo", "create_model", "list_models", "model_info", "model_overrides", "register_model"]
+__all__ = ["DataConfig", "ModelInfo", "create_model", "list_models", "load_weights", "model_info", "model_overrides",
+           "register_model"]

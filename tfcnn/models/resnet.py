@@ -8,15 +8,19 @@
 - SE-ResNeXt (Hu et al., https://arxiv.org/abs/1709.01507): ResNeXt with a squeeze-and-excitation
   gate (reduction 16) on each block's output before the residual add.
 
-Parameter counts equal the torchvision / timm definitions. Layer names are hierarchical and stable
-(`stage3_block2_conv2_conv`), so checkpoints stay loadable across code changes.
+Parameter counts equal the torchvision / timm definitions, and their state dicts load (the same
+names in both: `layer3.1.conv2.weight`, SE as `se.fc1` / `se.fc2`). Layer names are hierarchical and
+stable (`stage3_block2_conv2_conv`), so checkpoints stay loadable across code changes.
 """
 from __future__ import annotations
+
+import re
 
 import tensorflow as tf
 
 from tfcnn.models.layers import classifier_head, conv_bn, squeeze_excite
-from tfcnn.models.registry import ModelInfo, register_model
+from tfcnn.models.registry import DataConfig, ModelInfo, register_model
+from tfcnn.models.weights import IMAGENET_MEAN as REF_MEAN, IMAGENET_STD as REF_STD, TORCHVISION_DATA, WeightMap
 
 layers = tf.keras.layers
 
@@ -92,27 +96,54 @@ def resnet(*, depths, block, num_classes, input_shape, name, groups=1, width_per
     return tf.keras.Model(inputs, logits, name=name)
 
 
-def _register(name, *, depths, block, groups=1, width_per_group=64, se_reduction=None, top1, params, gmacs):
-    """Every architecture argument is fixed per name, so an override cannot redefine the variant."""
+_BLOCK_MODULES = {"conv1_conv": "conv1", "conv1_bn": "bn1", "conv2_conv": "conv2", "conv2_bn": "bn2",
+                  "conv3_conv": "conv3", "conv3_bn": "bn3", "downsample_conv": "downsample.0",
+                  "downsample_bn": "downsample.1", "se_reduce": "se.fc1", "se_expand": "se.fc2"}
+_OTHER_MODULES = {"stem_conv": "conv1", "stem_bn": "bn1", "head_fc": "fc"}
+
+
+def reference_module(layer_name):
+    """tfcnn layer -> torchvision / timm module: stage3_block2_conv2_bn -> layer3.1.bn2."""
+    match = re.fullmatch(r"stage(\d)_block(\d+)_(\w+)", layer_name)
+    if match:
+        part = _BLOCK_MODULES.get(match[3])
+        return part and f"layer{match[1]}.{int(match[2]) - 1}.{part}"
+    return _OTHER_MODULES.get(layer_name)
+
+
+# timm's Gluon-trained ResNeXt / SE-ResNeXt weights: bicubic, 0.875 crop, ImageNet statistics.
+TIMM_GLUON_DATA = DataConfig(224, 0.875, REF_MEAN, REF_STD, "bicubic")
+
+
+def _register(name, *, depths, block, groups=1, width_per_group=64, se_reduction=None, top1, params, gmacs,
+              reference):
+    """Every architecture argument is fixed per name, so an override cannot redefine the variant.
+    reference: 'torchvision NAME' or 'timm NAME', the definition whose state dicts it loads."""
     info = ModelInfo(name=name, input_size=224, crop_fraction=0.875, mean=IMAGENET_MEAN, std=IMAGENET_STD,
-                     top1=top1, params=params, gmacs=gmacs, min_size=32)
-    register_model(name, resnet, info, depths=depths, block=block, groups=groups,
-                   width_per_group=width_per_group, se_reduction=se_reduction)
+                     top1=top1, params=params, gmacs=gmacs, min_size=32, reference=reference)
+    data = TORCHVISION_DATA if reference.startswith("torchvision") else TIMM_GLUON_DATA
+    register_model(name, resnet, info, WeightMap(reference_module, reference, data_config=data), depths=depths,
+                   block=block, groups=groups, width_per_group=width_per_group, se_reduction=se_reduction)
 
 
 # Reference top-1: torchvision's published figures for resnet18/34/101/152 and resnext50;
 # NVIDIA's 90-epoch results for resnet50, resnext101_32x4d and se_resnext101_32x4d;
 # the original SENet release for se_resnext50_32x4d.
-_register("resnet18", depths=(2, 2, 2, 2), block="basic", top1=69.76, params=11_689_512, gmacs=1.814)
-_register("resnet34", depths=(3, 4, 6, 3), block="basic", top1=73.31, params=21_797_672, gmacs=3.664)
-_register("resnet50", depths=(3, 4, 6, 3), block="bottleneck", top1=77.0, params=25_557_032, gmacs=4.089)
-_register("resnet101", depths=(3, 4, 23, 3), block="bottleneck", top1=77.37, params=44_549_160, gmacs=7.801)
-_register("resnet152", depths=(3, 8, 36, 3), block="bottleneck", top1=78.31, params=60_192_808, gmacs=11.514)
+_register("resnet18", depths=(2, 2, 2, 2), block="basic", top1=69.76, params=11_689_512, gmacs=1.814,
+          reference="torchvision resnet18")
+_register("resnet34", depths=(3, 4, 6, 3), block="basic", top1=73.31, params=21_797_672, gmacs=3.664,
+          reference="torchvision resnet34")
+_register("resnet50", depths=(3, 4, 6, 3), block="bottleneck", top1=77.0, params=25_557_032, gmacs=4.089,
+          reference="torchvision resnet50")
+_register("resnet101", depths=(3, 4, 23, 3), block="bottleneck", top1=77.37, params=44_549_160, gmacs=7.801,
+          reference="torchvision resnet101")
+_register("resnet152", depths=(3, 8, 36, 3), block="bottleneck", top1=78.31, params=60_192_808, gmacs=11.514,
+          reference="torchvision resnet152")
 _register("resnext50_32x4d", depths=(3, 4, 6, 3), block="bottleneck", groups=32, width_per_group=4,
-          top1=77.62, params=25_028_904, gmacs=4.23)
+          top1=77.62, params=25_028_904, gmacs=4.23, reference="torchvision resnext50_32x4d")
 _register("resnext101_32x4d", depths=(3, 4, 23, 3), block="bottleneck", groups=32, width_per_group=4,
-          top1=79.4, params=44_177_704, gmacs=7.97)
+          top1=79.4, params=44_177_704, gmacs=7.97, reference="timm resnext101_32x4d")
 _register("se_resnext50_32x4d", depths=(3, 4, 6, 3), block="bottleneck", groups=32, width_per_group=4,
-          se_reduction=16, top1=79.08, params=27_559_896, gmacs=4.233)
+          se_reduction=16, top1=79.08, params=27_559_896, gmacs=4.233, reference="timm seresnext50_32x4d")
 _register("se_resnext101_32x4d", depths=(3, 4, 23, 3), block="bottleneck", groups=32, width_per_group=4,
-          se_reduction=16, top1=79.7, params=48_955_416, gmacs=7.975)
+          se_reduction=16, top1=79.7, params=48_955_416, gmacs=7.975, reference="timm seresnext101_32x4d")

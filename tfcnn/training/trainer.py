@@ -23,7 +23,7 @@ from tfcnn.fileio import atomic_write_text
 from tfcnn.data import pipeline, preprocessing
 from tfcnn.models import create_model, model_info
 from tfcnn.precision import hardware_notes, set_policy
-from tfcnn.training import checkpoints
+from tfcnn import checkpoints
 from tfcnn.training.config import IMAGENET_TRAIN_IMAGES, TrainConfig, validate
 from tfcnn.training.optimizers import build_optimizer, decayed_variables, l2_penalty, optimizer_variables
 from tfcnn.training.schedules import WarmupDecay
