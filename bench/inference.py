@@ -34,7 +34,7 @@ def exported_resnet50(image_size, directory):
 
     tf.keras.utils.set_random_seed(0)
     model = create_model("resnet50", input_shape=(image_size, image_size, 3))
-    export_saved_model("resnet50", model, directory, 1000, image_size)
+    export_saved_model(model, directory)
     serve = tf.saved_model.load(directory).signatures["serving_default"]
     return lambda x: serve(images=x)["logits"]
 

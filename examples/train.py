@@ -38,6 +38,9 @@ HELP = {
     "label_smoothing": "label smoothing",
     "grad_compression": "allreduce gradients in fp16",
     "seed": "seed of the initial weights, data order and augmentation (default: drawn once, kept in --log_dir)",
+    "init_weights": "start from these weights: a timm / torchvision state dict (.safetensors, or .pth with torch "
+                    "installed) or a tfcnn checkpoint, log dir or convert output; another --num_classes gets a "
+                    "new classifier. A checkpoint in --log_dir (a resume) takes precedence",
     "log_dir": "checkpoints, metrics.jsonl, TensorBoard logs and config.json; reuse it to resume",
     "export_dir": "write a SavedModel here at the end",
     "display_every": "print and log metrics every N steps",

@@ -15,9 +15,15 @@ def mixed_policy(request):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: long-running (CI still runs them)")
+    config.addinivalue_line("markers", "slow: long-running, run first (CI still runs them)")
     # Keras' own initializers call random.randint with a float bound (thousands of times per model).
     config.addinivalue_line("filterwarnings", "ignore:non-integer arguments to randrange:DeprecationWarning")
+
+
+def pytest_collection_modifyitems(items):
+    """Long tests first: xdist hands tests out in this order, so no worker is left alone with a long one
+    at the end while the other idles (the sort is stable: otherwise the files' order)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def _jpeg(path, size, color, mode="RGB", quality=95):
@@ -43,6 +49,20 @@ def write_corrupt_shard():
                                                   filename=name).SerializeToString())
         return path
     return write
+
+
+@pytest.fixture(scope="session")
+def stripes(tmp_path_factory):
+    """Horizontal vs vertical stripes: 192 train / 48 validation records, learnable in seconds."""
+    from imagenet_prep.build_tfrecords import build_tfrecords
+    from imagenet_prep.demo_dataset import make_dataset
+
+    root = tmp_path_factory.mktemp("stripes")
+    make_dataset(str(root / "raw"), num_classes=2, train_per_class=96, val_per_class=24, min_size=48, max_size=80,
+                 classes=("hstripes", "vstripes"))
+    build_tfrecords(str(root / "tf"), str(root / "raw" / "train"), str(root / "raw" / "val"), train_shards=4,
+                    validation_shards=2, resize="shorter:48", num_workers=1, log=lambda *_: None)
+    return str(root / "tf")
 
 
 @pytest.fixture(scope="session")

@@ -36,7 +36,7 @@ def eval_setup(tmp_path_factory):
     model = create_model("resnet18", num_classes=NUM_CLASSES, input_shape=(SIZE, SIZE, 3), zero_init_residual=False)
     head = model.get_layer("head_fc")  # a random head large enough that each image ranks classes its own way
     head.kernel.assign(tf.random.stateless_normal(head.kernel.shape, seed=(3, 4), stddev=3.0))
-    path = checkpoints.make_checkpoint("resnet18", model, NUM_CLASSES).write(str(root / "ckpt" / "ckpt-1"))
+    path = checkpoints.make_checkpoint(model).write(str(root / "ckpt" / "ckpt-1"))
     info = model_info("resnet18")
     logits, labels = [], []
     for images, batch_labels in pipeline.build_dataset(str(root / "tf"), "validation", 1, SIZE,
@@ -59,6 +59,7 @@ def run_evaluate(launcher, data_dir, checkpoint, output, *extra):
     return done
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", [pytest.param([], id="single"), pytest.param(HOROVODRUN_GLOO, id="horovodrun-2")])
 def test_evaluation_counts_equal_the_hand_computed_reference(eval_setup, tmp_path, launcher):
     data_dir, checkpoint, reference = eval_setup
@@ -83,6 +84,20 @@ def test_evaluation_errors(eval_setup, tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+def test_evaluation_prints_progress_unless_quiet(eval_setup, capsys):
+    from tfcnn.evaluate import evaluate, parse_args
+
+    data_dir, checkpoint, reference = eval_setup
+    args = [f"--data_dir={data_dir}", f"--checkpoint={checkpoint}", "--batch_size=2", "--display_seconds=0"]
+    result = evaluate(parse_args(args))
+    lines = [line for line in capsys.readouterr().out.splitlines() if "img/s" in line]
+    assert len(lines) >= 3 and result["count"] == 11
+    assert "/11 images" in lines[0] and "ETA" in lines[0] and "top-1 so far" in lines[0]
+    assert lines[-1].split("/")[0].strip().replace(",", "").isdigit()
+    evaluate(parse_args(args + ["--quiet"]))
+    assert "img/s" not in capsys.readouterr().out
+
+
 def test_a_corrupt_validation_record_is_named(eval_setup, tmp_path, write_corrupt_shard):
     _, checkpoint, _ = eval_setup
     path = write_corrupt_shard(tmp_path, "validation")
@@ -92,6 +107,7 @@ def test_a_corrupt_validation_record_is_named(eval_setup, tmp_path, write_corrup
     assert not (tmp_path / "eval.json").exists()
 
 
+@pytest.mark.slow
 def test_benchmark_writes_ordered_percentiles(tmp_path):
     cmd = [sys.executable, "-m", "tfcnn.benchmark", "--models=resnet18", "--batch_sizes=1,2", "--image_size=32",
            "--steps=6", "--warmup_steps=1", f"--output_dir={tmp_path}"]

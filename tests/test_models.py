@@ -4,7 +4,6 @@ forward/backward, dtypes, config round trip.
 Per model: one build at full size (counts), one at the fixture's small input size loaded with the
 reference weights (function, gradients, config), one per mixed precision; a new model adds seconds.
 """
-import json
 import os
 
 import numpy as np
@@ -28,27 +27,12 @@ GOLDEN_GMACS = {
     "resnet18": 1.814, "resnet50": 4.089, "resnet101": 7.801, "resnet152": 11.514, "resnext50_32x4d": 4.23,
     "resnext101_32x4d": 7.97, "se_resnext50_32x4d": 4.233, "se_resnext101_32x4d": 7.975, "inception_v3": 5.713,
 }
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "reference")
 
 
 def small_shape(name):
     """The smallest input the model accepts: keeps CPU tests fast."""
     side = model_info(name).min_size
     return (side, side, 3)
-
-
-def reference_fixture(name):
-    with open(os.path.join(FIXTURES, f"{name}.json")) as f:
-        return json.load(f)
-
-
-def write_reference_weights(fixture, path, keys=None):
-    """The fixture's state dict (regenerated from its seed) as a .safetensors file in the reference naming."""
-    from safetensors.numpy import save_file
-
-    wanted = [(k, s) for k, s in fixture["keys"] if keys is None or k in keys]
-    save_file(weightgen.state_dict(wanted, fixture["seed"], fixture.get("damped")), str(path))
-    return str(path)
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -63,7 +47,7 @@ def test_golden_params_and_gmacs(name):
 
 
 def test_every_model_has_a_reference_fixture():
-    assert sorted(n[:-5] for n in os.listdir(FIXTURES) if n.endswith(".json")) == ALL
+    assert sorted(n[:-5] for n in os.listdir(weightgen.FIXTURES) if n.endswith(".json")) == ALL
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -76,15 +60,15 @@ def test_reference_weights_gradients_and_config_round_trip(name, tmp_path):
        model's zero-initialized residual gammas);
     3. the config rebuilds the same model.
     """
-    fixture = reference_fixture(name)
+    fixture = weightgen.fixture(name)
     assert fixture["reference"] == model_info(name).reference
     size = fixture["input_size"]
-    path = write_reference_weights(fixture, tmp_path / "reference.safetensors")
+    path = weightgen.write_safetensors(fixture, tmp_path / "reference.safetensors")
     model = create_model(name, weights=path, input_shape=(size, size, 3), log=lambda *_: None)
     images = weightgen.images(fixture["seed"], 2, size)
     expected = weightgen.decode(fixture["logits"], fixture["logits_shape"])
     logits = model(images, training=False).numpy()
-    error = np.abs(logits - expected).max() / np.abs(expected).max()
+    error = weightgen.relative_error(logits, expected)
     assert error < 1e-4, f"{name}: logits differ from {fixture['reference']} by {error:.2e} relative"
 
     with tf.GradientTape() as tape:

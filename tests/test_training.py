@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from imagenet_prep.build_tfrecords import build_tfrecords
-from imagenet_prep.demo_dataset import make_dataset
 from tfcnn.training import NonFiniteLossError, make_config, train
 from tfcnn import checkpoints
 from tfcnn.training.optimizers import build_optimizer, decayed_variables
@@ -23,17 +21,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(REPO, "tests", "scripts", "train_probe.py")
 TINY = dict(model="resnet18", image_size=32, batch_size=8, display_every=4, warmup_epochs=0, lr=0.5,
             benchmark_warmup_steps=2)
-
-
-@pytest.fixture(scope="module")
-def stripes(tmp_path_factory):
-    """Horizontal vs vertical stripes: 192 train / 48 validation records, learnable in seconds."""
-    root = tmp_path_factory.mktemp("stripes")
-    make_dataset(str(root / "raw"), num_classes=2, train_per_class=96, val_per_class=24, min_size=48, max_size=80,
-                 classes=("hstripes", "vstripes"))
-    build_tfrecords(str(root / "tf"), str(root / "raw" / "train"), str(root / "raw" / "val"), train_shards=4,
-                    validation_shards=2, resize="shorter:48", num_workers=1, log=lambda *_: None)
-    return str(root / "tf")
 
 
 def run_probe(launcher, config, out_dir, *extra, timeout=600):
@@ -135,6 +122,7 @@ def test_slow_precision_and_xla_without_a_gpu_are_named(monkeypatch):
 
 # ------------------------------------------------------------------------------- single process
 
+@pytest.mark.slow
 def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path):
     tf.keras.utils.set_random_seed(0)
     log_dir, export_dir = tmp_path / "run", tmp_path / "export"
@@ -150,7 +138,8 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path):
     # checkpoints: epoch ends (every 12 steps) and every 50 steps; the last 3 are kept
     assert sorted(os.listdir(log_dir / "checkpoints")) == sorted(
         ["checkpoint"] + [f"ckpt-{s}.{ext}" for s in (100, 108, 120) for ext in ("index", "data-00000-of-00001")])
-    assert checkpoints.describe(str(log_dir / "checkpoints" / "ckpt-120")) == ("resnet18", 2)
+    record = checkpoints.describe(str(log_dir / "checkpoints" / "ckpt-120"))
+    assert (record.model, record.num_classes, record.step, record.data_config["input_size"]) == ("resnet18", 2, 120, 32)
     config = json.loads((log_dir / "config.json").read_text())
     assert (config["num_classes"], config["image_size"], config["seed"]) == (2, 32, 1)
     assert os.listdir(log_dir / "tensorboard")
@@ -229,6 +218,7 @@ def test_nan_loss_in_fp32_stops_with_the_step(stripes, tmp_path):
                 assert np.all(np.isfinite(weights.get_tensor(name))), (step, name)
 
 
+@pytest.mark.slow
 def test_resume_after_interruption_matches_uninterrupted_run(stripes, tmp_path):
     """Interrupted right after the epoch-1 checkpoint, then rerun: same final step and weights."""
     config = dict(TINY, data_dir=stripes, num_iter=2, seed=3, checkpoint_every=0, display_every=100)
@@ -263,6 +253,7 @@ def test_rerunning_a_complete_run_does_nothing(stripes, tmp_path, capsys):
         train(make_config(**{**config, "num_iter": 2}))
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_its_last_checkpoint(stripes, tmp_path):
     """SIGKILL at an arbitrary moment: the latest checkpoint is complete and the rerun continues from it."""
     args = [sys.executable, os.path.join(REPO, "examples", "train.py"), "--model=resnet18", f"--data_dir={stripes}",
@@ -314,10 +305,15 @@ def test_tensorflow_start_up_lines_are_quiet_unless_the_user_asks(user_level):
 @pytest.mark.parametrize("launcher", [pytest.param(HOROVODRUN_GLOO, id="horovodrun-gloo"),
                                       pytest.param(MPIEXEC, id="mpiexec", marks=needs_mpi)])
 def test_two_ranks_keep_identical_weights(stripes, tmp_path, launcher):
+    """Also fine-tuning: rank 0 alone reads --init_weights (a reference state dict), the others receive it."""
+    import weightgen
+
+    init = weightgen.write_safetensors(weightgen.fixture("resnet18"), tmp_path / "resnet18.safetensors")
     config = dict(TINY, data_dir=stripes, num_iter=10, iter_unit="batch", lr=0.4, warmup_epochs=0.5,
-                  log_dir=str(tmp_path / "run"))
+                  log_dir=str(tmp_path / "run"), init_weights=init)
     out = run_probe(launcher, config, tmp_path / "out")
     assert "2 rank(s) x batch 8 = global batch 16" in out
+    assert "the classifier is re-initialized" in out and f"initial weights from {init}" in out
     r0, r1 = np.load(tmp_path / "out" / "rank0.npz"), np.load(tmp_path / "out" / "rank1.npz")
     assert r0["steps"][-1] == r1["steps"][-1] == 10
     weights = [k for k in r0.files if k.startswith("w")]

@@ -11,10 +11,14 @@ saturating gates amplify float rounding chaotically (1e-7 at the stem, 0.3 relat
 which would hide what the test is for.
 """
 import base64
+import json
+import os
 import re
 import zlib
 
 import numpy as np
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "reference")
 
 
 def tensor(key: str, shape, seed: int, damped: str | None = None) -> np.ndarray:
@@ -54,3 +58,23 @@ def encode(array: np.ndarray) -> str:
 
 def decode(text: str, shape) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text), np.float32).reshape(shape)
+
+
+def fixture(name: str) -> dict:
+    """tests/fixtures/reference/NAME.json, recorded by tests/scripts/record_reference_fixtures.py."""
+    with open(os.path.join(FIXTURES, f"{name}.json")) as f:
+        return json.load(f)
+
+
+def write_safetensors(fixture: dict, path, drop=(), extra=None) -> str:
+    """The fixture's state dict, regenerated from its seed, as a .safetensors file in the reference's naming
+    (without the keys in `drop`, plus the `extra` arrays)."""
+    from safetensors.numpy import save_file
+
+    tensors = state_dict([(k, s) for k, s in fixture["keys"] if k not in drop], fixture["seed"], fixture.get("damped"))
+    save_file({**tensors, **(extra or {})}, str(path))
+    return str(path)
+
+
+def relative_error(actual, expected) -> float:
+    return float(np.abs(np.asarray(actual) - expected).max() / np.abs(expected).max())

@@ -2,6 +2,7 @@
 
     python -m tfcnn.benchmark --models resnet50,resnext101_32x4d --mode train|inference \\
         --batch_sizes 1,2,4,8,16,32 --precision fp32|fp16|bf16 [--use_xla] [--image_size N] [--output_dir DIR]
+    python -m tfcnn.benchmark --models resnet50 --weights FILE_OR_CHECKPOINT ...   (its input size and mean/std)
     horovodrun -np 8 python -m tfcnn.benchmark --mode train --precision fp16 --use_xla --batch_sizes 256
 
 Each measurement runs `--warmup_steps` untimed steps (graph tracing, autotuning, allocator growth), then
@@ -28,6 +29,7 @@ from tfcnn import distributed
 from tfcnn.data.pipeline import synthetic_dataset
 from tfcnn.data.preprocessing import normalize_batch
 from tfcnn.models import create_model, list_models, model_info
+from tfcnn.models.weights import open_weights
 from tfcnn.precision import COMPUTE_DTYPES, PRECISIONS, cpu_flags, hardware_notes, set_policy
 
 PERCENTILES = (50, 90, 95, 99)
@@ -40,22 +42,25 @@ class WarmupError(RuntimeError):
     """The warmup could not complete (out of memory, unsupported op...): no figure is meaningful."""
 
 
-def make_step(model_name, mode, batch_size, image_size, precision, use_xla, num_classes=1000):
-    """A zero-argument function running one synced step; builds everything it needs."""
+def make_step(model_name, mode, batch_size, image_size, precision, use_xla, num_classes=1000, weights=None):
+    """A zero-argument function running one synced step; builds everything it needs. weights: a path or an
+    opened weights.Source; its data config's mean/std normalize the inputs."""
     from tfcnn.training.optimizers import build_optimizer
     from tfcnn.training.trainer import ClassifierTrainer
 
     set_policy(precision)
-    model = create_model(model_name, num_classes=num_classes, input_shape=(image_size, image_size, 3))
-    info = model_info(model_name)
+    model = create_model(model_name, num_classes=None if weights else num_classes,
+                         input_shape=(image_size, image_size, 3), weights=weights, log=lambda *_: None)
+    data = model.data_config
+    num_classes = model.output_shape[-1]
     batches = iter(synthetic_dataset(batch_size, image_size, num_classes))
     if mode == "inference":  # 0-255 images on the compute device (no copy per step), normalized in the step
         images = tf.Variable(tf.cast(next(batches)[0], tf.float32), trainable=False)
-        forward = tf.function(lambda: model(normalize_batch(images, info.mean, info.std, COMPUTE_DTYPES[precision]),
+        forward = tf.function(lambda: model(normalize_batch(images, data.mean, data.std, COMPUTE_DTYPES[precision]),
                                             training=False), jit_compile=use_xla)
         return lambda: forward().numpy()
     optimizer, _ = build_optimizer("sgd", 0.01, momentum=0.9, loss_scale=precision == "fp16")
-    trainer = ClassifierTrainer(model, num_classes, mean=info.mean, std=info.std, loss_scale=precision == "fp16",
+    trainer = ClassifierTrainer(model, num_classes, mean=data.mean, std=data.std, loss_scale=precision == "fp16",
                                 use_xla=use_xla, stop_on_nonfinite=False)
     trainer.compile(optimizer=optimizer)
     trainer.keep_batch_on_device(*next(batches))
@@ -90,16 +95,19 @@ def summarize(times, batch_size, ranks) -> dict:
 
 
 def run(models, mode, batch_sizes, precision="fp32", use_xla=False, image_size=None, warmup_steps=3, steps=10,
-        log=print) -> list[dict]:
+        log=print, weights=None) -> list[dict]:
+    """weights: a weights file or checkpoint for the (single) model: its input size and normalization."""
     rows = []
     ranks = distributed.size() if mode == "train" else 1
+    source = open_weights(models[0], weights) if weights else None
     for name in models:
-        size = image_size or model_info(name).input_size
+        size = image_size or (source.data_config if source else model_info(name)).input_size
         for batch_size in batch_sizes:
             row = {"model": name, "mode": mode, "precision": precision, "use_xla": use_xla, "image_size": size,
                    "batch_size": batch_size, "ranks": ranks, "steps": steps, "warmup_steps": warmup_steps}
             try:
-                times = measure(make_step(name, mode, batch_size, size, precision, use_xla), warmup_steps, steps)
+                step = make_step(name, mode, batch_size, size, precision, use_xla, weights=source)
+                times = measure(step, warmup_steps, steps)
                 row.update(status="ok", **summarize(times, batch_size, ranks))
                 log(f"{name:<22}{batch_size:>6}{row['img_per_sec']:>11.1f}{row['img_per_sec_per_rank']:>11.1f}"
                     + "".join(f"{row[f'latency_ms_p{p}']:>9.1f}" for p in PERCENTILES))
@@ -147,7 +155,9 @@ def parse_args(argv=None):
     parser.add_argument("--batch_sizes", default="1,2,4,8,16,32", help="comma-separated per-GPU batch sizes")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
     parser.add_argument("--use_xla", action="store_true")
-    parser.add_argument("--image_size", type=int, help="default: each model's input size")
+    parser.add_argument("--image_size", type=int, help="default: each model's input size (--weights': theirs)")
+    parser.add_argument("--weights", help="weights of the one model in --models (timm / torchvision file or tfcnn "
+                                          "checkpoint): its input size and normalization are used")
     parser.add_argument("--warmup_steps", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per measurement")
     parser.add_argument("--output_dir", help="write benchmark.csv and benchmark.json here")
@@ -167,6 +177,8 @@ def parse_args(argv=None):
         parser.error(f"--steps must be >= 2 and --warmup_steps >= 0, received: {args.steps}, {args.warmup_steps}")
     if args.image_size is not None and args.image_size < 32:
         parser.error(f"--image_size must be >= 32, received: {args.image_size}")
+    if args.weights and len(models) != 1:
+        parser.error(f"--weights belongs to one model; --models lists {len(models)}: {', '.join(models)}")
     args.models, args.batch_sizes = models, batch_sizes
     return args
 
@@ -183,8 +195,11 @@ def main(argv=None):
     for note in hardware_notes(args.precision, args.use_xla):
         log(f"tfcnn.benchmark: {note}")
     log(f"{'model':<22}{'batch':>6}{'img/s':>11}{'img/s/rank':>11}" + "".join(f"{f'p{p} ms':>9}" for p in PERCENTILES))
-    rows = run(args.models, args.mode, args.batch_sizes, args.precision, args.use_xla, args.image_size,
-               args.warmup_steps, args.steps, log)
+    try:
+        rows = run(args.models, args.mode, args.batch_sizes, args.precision, args.use_xla, args.image_size,
+                   args.warmup_steps, args.steps, log, weights=args.weights)
+    except ValueError as error:
+        sys.exit(f"tfcnn.benchmark: error: {error}")
     if chief and args.output_dir:
         write_outputs(args.output_dir, rows, meta)
         log(f"wrote {args.output_dir}/benchmark.csv and benchmark.json")

@@ -33,15 +33,21 @@ class Record:
     step: int
 
 
-def make_checkpoint(model_name: str, model: tf.keras.Model, num_classes: int, *, options: dict | None = None,
-                    data_config: dict | None = None, **state) -> tf.train.Checkpoint:
-    """A Checkpoint of the model (plus optimizer, step, ... in `state`) that records the model name, class
-    count, builder options and data config."""
-    record = json.dumps({"options": options or {}, "data_config": data_config}, sort_keys=True)
+def make_checkpoint(model: tf.keras.Model, **state) -> tf.train.Checkpoint:
+    """A Checkpoint of a zoo model (plus optimizer, step, ... in `state`) that records the model's name,
+    class count, builder options (`model.build_options`) and data config (`model.data_config`)."""
+    record = json.dumps({"options": dict(model.build_options), "data_config": model.data_config.to_dict()},
+                        sort_keys=True)
     return tf.train.Checkpoint(
-        model=model, tfcnn_model=tf.Variable(model_name, trainable=False, dtype=tf.string),
-        tfcnn_num_classes=tf.Variable(num_classes, trainable=False, dtype=tf.int64),
+        model=model, tfcnn_model=tf.Variable(model.name, trainable=False, dtype=tf.string),
+        tfcnn_num_classes=tf.Variable(model_classes(model), trainable=False, dtype=tf.int64),
         tfcnn_record=tf.Variable(record, trainable=False, dtype=tf.string), **state)
+
+
+def model_classes(model: tf.keras.Model) -> int:
+    """The class count of a classifier's (first) output."""
+    shape = model.output_shape[0] if isinstance(model.output_shape, list) else model.output_shape
+    return int(shape[-1])
 
 
 def checkpoint_dir(log_dir: str) -> str:

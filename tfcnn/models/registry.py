@@ -145,16 +145,16 @@ def create_model(name: str, num_classes: int | None = None, input_shape=None, *,
 
     num_classes: default the weights' class count, else 1000.
     input_shape: (height, width, channels); None means the input size the weights (or the model) expect.
-    weights: a timm / torchvision state dict (.safetensors; .pth/.pt/.bin with torch installed), or a
-      tfcnn checkpoint, log dir or `python -m tfcnn.convert` output: built with the options those weights
+    weights: a timm / torchvision state dict (.safetensors; .pth/.pt/.bin with torch installed), a tfcnn
+      checkpoint, log dir or `python -m tfcnn.convert` output, or an opened weights.Source: built with the options those weights
       need (e.g. Inception's count_include_pad) and loaded strictly (see tfcnn.models.weights).
     head: with weights, 'keep' the file's classifier or start a 'new' one (another num_classes).
     data_config: overrides (a DataConfig, or a dict of some of its fields) of what the weights expect.
     overrides: builder options such as `dropout_rate` or `zero_init_residual`; None values are dropped
       so that command-line defaults never mask the model's own defaults.
 
-    The model carries `model.data_config` (the input its weights expect: size, crop, mean/std,
-    interpolation) and `model.build_options` (the builder options it was built with).
+    The model carries `model.data_config` (how to feed it: its input size, and the crop, mean/std and
+    interpolation its weights expect) and `model.build_options` (the builder options it was built with).
     """
     entry = _entry(name)
     if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
@@ -162,9 +162,9 @@ def create_model(name: str, num_classes: int | None = None, input_shape=None, *,
         raise ValueError(f"num_classes must be an integer >= 1, received: {num_classes!r}")
     source = None
     if weights is not None:
-        from tfcnn.models.weights import open_weights
+        from tfcnn.models.weights import Source, open_weights
 
-        source = open_weights(name, weights, entry.weight_map, entry.info.data_config)
+        source = weights if isinstance(weights, Source) else open_weights(name, weights)
     data = source.data_config if source else entry.info.data_config
     if isinstance(data_config, DataConfig):
         data = data_config
@@ -180,7 +180,8 @@ def create_model(name: str, num_classes: int | None = None, input_shape=None, *,
             raise ValueError(
                 f"unknown override for model {name!r}: {key!r}; valid overrides: {', '.join(allowed)}")
     model = entry.builder(**entry.arch, num_classes=num_classes, input_shape=input_shape, name=name, **options)
-    model.data_config = data
+    height, width, _ = input_shape
+    model.data_config = data.replace(input_size=height) if height == width else data
     model.build_options = types.MappingProxyType(options)  # read-only, and not tracked by Keras
     if source:
         from tfcnn.models.weights import load_weights

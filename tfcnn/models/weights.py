@@ -80,9 +80,12 @@ class Source:
     model: str | None = None  # tfcnn: the model name it records
 
 
-def open_weights(name: str, path: str, weight_map: WeightMap | None, default_data: DataConfig) -> Source:
-    """Reads `path` for model `name`: a reference state dict file, or a tfcnn checkpoint prefix, log dir
-    or convert output (a directory holding checkpoints/)."""
+def open_weights(name: str, path: str) -> Source:
+    """Reads `path` for the registered model `name`: a reference state dict file, or a tfcnn checkpoint
+    prefix, log dir or convert output (a directory holding checkpoints/)."""
+    from tfcnn.models.registry import model_info, weight_map_of
+
+    weight_map, default_data = weight_map_of(name), model_info(name).data_config
     if not isinstance(path, (str, os.PathLike)) or not os.path.exists(path) and not checkpoints.is_checkpoint(str(path)):
         raise ValueError(f"weights {path!r}: no such file or directory")
     path = str(path)
@@ -94,7 +97,7 @@ def open_weights(name: str, path: str, weight_map: WeightMap | None, default_dat
         data_config, origin = _reference_data_config(path, weight_map)
         return Source(path, "reference", None if classifier is None else int(classifier.shape[0]),
                       dict(weight_map.options), data_config, origin, tensors=tensors)
-    checkpoint = _tfcnn_checkpoint(path)
+    checkpoint = tfcnn_checkpoint(path)
     record = checkpoints.describe(checkpoint)
     if record.model is not None and record.model != name:
         raise ValueError(f"weights {path}: a checkpoint of {record.model}, not of {name}")
@@ -106,7 +109,8 @@ def open_weights(name: str, path: str, weight_map: WeightMap | None, default_dat
                   checkpoint=checkpoint, model=record.model)
 
 
-def _tfcnn_checkpoint(path: str) -> str:
+def tfcnn_checkpoint(path: str) -> str:
+    """The checkpoint prefix a path stands for: itself, or the latest checkpoint of a log dir / convert output."""
     if checkpoints.is_checkpoint(path):
         return path
     if os.path.isdir(path):
@@ -269,12 +273,12 @@ def _prefixes(keys):
 
 
 def _mismatch_message(name, reference, missing, unexpected, mismatched, limit=6):
-    parts = [f"these weights do not fit {name} (a {reference} state dict expected):"]
+    parts = []
     for label, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", mismatched)):
         if keys:
             more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
             parts.append(f"{len(keys)} {label}: {'; '.join(keys[:limit])}{more}")
-    return " ".join(parts)
+    return f"these weights do not fit {name} (a {reference} state dict expected): " + ". ".join(parts)
 
 
 def load_tfcnn(model, source: Source, head: str = "keep", log=print) -> dict:
@@ -304,14 +308,13 @@ def load_weights(model, weights, *, head: str = "keep", log=print) -> dict:
     classifier, which keeps its fresh initialization; for fine-tuning on other classes).
     Returns {"loaded": count, "skipped": [...], "data_config": DataConfig, "data_origin": str}.
     """
-    from tfcnn.models.registry import model_info, weight_map_of
+    from tfcnn.models.registry import weight_map_of
 
     if head not in HEADS:
         raise ValueError(f"head must be one of {', '.join(HEADS)}, received: {head!r}")
     name = model.name
-    source = weights if isinstance(weights, Source) else open_weights(name, weights, weight_map_of(name),
-                                                                      model_info(name).data_config)
-    num_classes = model.output_shape[-1] if not isinstance(model.output_shape, list) else model.output_shape[0][-1]
+    source = weights if isinstance(weights, Source) else open_weights(name, weights)
+    num_classes = checkpoints.model_classes(model)
     if head == "keep" and source.num_classes is not None and source.num_classes != num_classes:
         raise ValueError(f"weights {source.path}: the file's classifier has {source.num_classes} classes, the "
                          f"model {num_classes}: ask for a new head (head='new', --new_head) to load everything "

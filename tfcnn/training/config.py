@@ -36,6 +36,7 @@ class TrainConfig:
     label_smoothing: float = 0.1
     grad_compression: bool = False  # fp16 allreduce
     seed: int | None = None  # initial weights, data order, augmentation; None: drawn once, kept in the log dir
+    init_weights: str | None = None  # start from these weights (timm / torchvision file or tfcnn checkpoint)
     log_dir: str | None = None
     export_dir: str | None = None
     display_every: int = 100

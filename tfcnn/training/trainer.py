@@ -12,28 +12,22 @@ same steps, so no rank ever waits on another.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import time
 
 import tensorflow as tf
 
-from tfcnn import distributed
-from tfcnn.fileio import atomic_write_text
+from tfcnn import checkpoints, distributed
 from tfcnn.data import pipeline, preprocessing
-from tfcnn.models import create_model, model_info
+from tfcnn.fileio import atomic_write_text
+from tfcnn.metrics import accuracy, count_correct
+from tfcnn.models import create_model
+from tfcnn.models.weights import load_weights
 from tfcnn.precision import hardware_notes, set_policy
-from tfcnn import checkpoints
-from tfcnn.training.config import IMAGENET_TRAIN_IMAGES, TrainConfig, validate
+from tfcnn.training.callbacks import METRICS_FILE, Checkpointer, NonFiniteLossError, RunLogger
+from tfcnn.training.config import TrainConfig
 from tfcnn.training.optimizers import build_optimizer, decayed_variables, l2_penalty, optimizer_variables
+from tfcnn.training.plan import CONFIG_FILE, Plan, make_plan
 from tfcnn.training.schedules import WarmupDecay
-
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.jsonl"
-
-
-class NonFiniteLossError(RuntimeError):
-    pass
 
 
 class ClassifierTrainer(tf.keras.Model):
@@ -104,85 +98,25 @@ class ClassifierTrainer(tf.keras.Model):
         return {"loss": self.loss_metric.result(), "top1": self.top1_metric.result()}
 
 
-@dataclasses.dataclass
-class Plan:
-    """What a run resolved from its config, its data and its log directory."""
-    config: TrainConfig
-    num_classes: int
-    image_size: int
-    global_batch: int
-    steps_per_epoch: int
-    total_steps: int
-    start_step: int = 0
-    checkpoint: str | None = None
-
-
-def resolve(config: TrainConfig) -> TrainConfig:
-    """Fills in num_classes, image_size and seed; checks them against a run already in --log_dir."""
-    validate(config)
-    info = model_info(config.model)
-    num_classes = config.num_classes or pipeline.num_classes_of(config.data_dir)
-    image_size = config.image_size or info.input_size
-    if image_size < info.min_size:
-        raise ValueError(f"--image_size must be >= {info.min_size} for {config.model}, received: {image_size}")
-    previous = _previous_config(config.log_dir)
-    seed = config.seed if config.seed is not None else (previous or {}).get("seed")
-    if seed is None:
-        # From the OS, not `random`: an earlier run in this process may have seeded `random`.
-        seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") >> 1)
-    if previous:
-        for key, now in (("model", config.model), ("num_classes", num_classes), ("image_size", image_size),
-                         ("batch_size", config.batch_size)):
-            if previous.get(key) != now:
-                raise ValueError(f"--log_dir {config.log_dir} holds a run with {key} {previous.get(key)!r}, not "
-                                 f"--{key} {now!r}: use another --log_dir, or the same --{key} to resume")
-    return dataclasses.replace(config, num_classes=num_classes, image_size=image_size, seed=seed)
-
-
-def _previous_config(log_dir):
-    path = os.path.join(log_dir, CONFIG_FILE) if log_dir else None
-    if not path or not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
-
-
-def plan_run(config: TrainConfig) -> Plan:
-    global_batch = config.batch_size * distributed.size()
-    if config.data_dir:
-        files = pipeline.list_shards(config.data_dir, "train")
-        records = pipeline.count_records(config.data_dir, files)
-    else:
-        records = IMAGENET_TRAIN_IMAGES
-    steps_per_epoch = records // global_batch
-    if steps_per_epoch < 1:
-        raise ValueError(f"{records} training images cannot fill one global batch of {global_batch} "
-                         f"(--batch_size {config.batch_size} x {distributed.size()} ranks)")
-    total = config.num_iter * steps_per_epoch if config.iter_unit == "epoch" else config.num_iter
-    plan = Plan(config, config.num_classes, config.image_size, global_batch, steps_per_epoch, total)
-    if config.log_dir:
-        plan.checkpoint = checkpoints.latest_checkpoint(config.log_dir)
-        if plan.checkpoint:
-            checkpoints.check_compatible(plan.checkpoint, config.model, config.num_classes,
-                                         f"--log_dir {config.log_dir}")
-            plan.start_step = checkpoints.trained_steps(plan.checkpoint)
-            if plan.start_step > total:
-                raise ValueError(
-                    f"--num_iter {config.num_iter} --iter_unit {config.iter_unit} ({total} steps) is below step "
-                    f"{plan.start_step} of the latest checkpoint in --log_dir {config.log_dir}: that run already "
-                    f"went further. Pass --num_iter of at least its length to continue it, or another --log_dir")
-    return plan
-
-
-def build_trainer(plan: Plan):
-    """Model, optimizer, trainer and checkpoint, restored from the latest checkpoint when there is one."""
+def build_trainer(plan: Plan, log=print):
+    """Model, optimizer, trainer and checkpoint: restored from the latest checkpoint when there is one,
+    else loaded from the initial weights (on rank 0), then broadcast from rank 0 to every rank."""
     config = plan.config
     set_policy(config.precision)
     # The seed fixes the initial weights too (Keras draws unseeded initializers' seeds from Python's
     # `random`), so a run is reproducible.
     tf.keras.utils.set_random_seed(config.seed)
     model = create_model(config.model, num_classes=plan.num_classes,
-                         input_shape=(plan.image_size, plan.image_size, 3))
+                         input_shape=(plan.image_size, plan.image_size, 3), **plan.options)
+    model.data_config = plan.data_config
+    if plan.init is not None:
+        new_head = plan.init_classes is not None and plan.init_classes != plan.num_classes
+        if new_head:
+            log(f"tfcnn: --init_weights has {plan.init_classes} classes, this run {plan.num_classes}: the "
+                f"classifier is re-initialized")
+        report = load_weights(model, plan.init, head="new" if new_head else "keep", log=log)
+        log(f"tfcnn: initial weights from {config.init_weights} ({report['loaded']} tensors; data config: "
+            f"{plan.init.data_origin})")
     lr = WarmupDecay(config.lr * plan.global_batch / 256, plan.total_steps,
                      warmup_steps=round(config.warmup_epochs * plan.steps_per_epoch), kind=config.lr_schedule,
                      boundaries=[e * plan.steps_per_epoch for e in config.lr_decay_epochs],
@@ -190,8 +124,7 @@ def build_trainer(plan: Plan):
     optimizer, coupled = build_optimizer(config.optimizer, lr, momentum=config.momentum, beta_2=config.beta_2,
                                          weight_decay=config.weight_decay, variables=model.trainable_variables,
                                          loss_scale=config.precision == "fp16")
-    info = model_info(config.model)
-    trainer = ClassifierTrainer(model, plan.num_classes, mean=info.mean, std=info.std,
+    trainer = ClassifierTrainer(model, plan.num_classes, mean=plan.data_config.mean, std=plan.data_config.std,
                                 label_smoothing=config.label_smoothing,
                                 weight_decay=config.weight_decay, coupled_l2=coupled,
                                 loss_scale=config.precision == "fp16", use_xla=config.use_xla,
@@ -199,8 +132,7 @@ def build_trainer(plan: Plan):
     trainer.compile(optimizer=optimizer)
     if hasattr(optimizer, "build"):
         optimizer.build(model.trainable_variables)  # create the slots now, so restore and broadcast see them
-    checkpoint = checkpoints.make_checkpoint(config.model, model, plan.num_classes, optimizer=optimizer,
-                                             step=trainer.step)
+    checkpoint = checkpoints.make_checkpoint(model, optimizer=optimizer, step=trainer.step)
     if plan.checkpoint:
         checkpoint.restore(plan.checkpoint).assert_existing_objects_matched()
         plan.start_step = int(trainer.step.numpy())
@@ -215,23 +147,24 @@ def train(config: TrainConfig, callbacks=()) -> dict:
     `self.model` is the ClassifierTrainer, whose `.model` is the zoo model.
     """
     distributed.init()
-    config = resolve(config)
-    plan = plan_run(config)
+    plan = make_plan(config)
+    config = plan.config
     chief = distributed.is_chief()
+    log = print if chief else (lambda *_: None)
     if plan.checkpoint and plan.start_step == plan.total_steps:
-        if chief:
-            print(f"tfcnn: the run in --log_dir {config.log_dir} is already complete at step {plan.start_step} "
-                  f"of {plan.total_steps}: nothing to do. Pass a larger --num_iter to train it further, or "
-                  f"another --log_dir to start a new run", flush=True)
+        log(f"tfcnn: the run in --log_dir {config.log_dir} is already complete at step {plan.start_step} "
+            f"of {plan.total_steps}: nothing to do. Pass a larger --num_iter to train it further, or "
+            f"another --log_dir to start a new run")
         return {"complete": True, "start_step": plan.start_step, "total_steps": plan.total_steps}
-    model, optimizer, trainer, checkpoint, lr = build_trainer(plan)
+    model, optimizer, trainer, checkpoint, lr = build_trainer(plan, log)
     if chief and config.log_dir:
         os.makedirs(config.log_dir, exist_ok=True)
         atomic_write_text(os.path.join(config.log_dir, CONFIG_FILE), config.to_json())
     if chief:
         _print_start(plan)
     summary = {"config": dataclasses.asdict(config), "start_step": plan.start_step, "total_steps": plan.total_steps,
-               "steps_per_epoch": plan.steps_per_epoch, "global_batch": plan.global_batch, "ranks": distributed.size()}
+               "steps_per_epoch": plan.steps_per_epoch, "global_batch": plan.global_batch, "ranks": distributed.size(),
+               "data_config": plan.data_config.to_dict()}
     logger = RunLogger(trainer, optimizer, lr, plan)
     dataset = pipeline.build_dataset(
         config.data_dir, "train", config.batch_size, plan.image_size, num_classes=plan.num_classes,
@@ -252,8 +185,7 @@ def train(config: TrainConfig, callbacks=()) -> dict:
     if config.export_dir and chief:
         from tfcnn.training.export import export_saved_model
 
-        summary["saved_model"] = export_saved_model(config.model, model, config.export_dir, plan.num_classes,
-                                                    plan.image_size, config.data_dir)
+        summary["saved_model"] = export_saved_model(model, config.export_dir, config.data_dir)
     if config.predict and chief:
         summary["validation"] = predict(trainer, plan)
     if chief:
@@ -264,136 +196,11 @@ def train(config: TrainConfig, callbacks=()) -> dict:
 
 def predict(trainer: ClassifierTrainer, plan: Plan) -> dict:
     """Top-1/top-5 of the trained model on the whole validation split, in this one process."""
-    from tfcnn.evaluate import accuracy, count_correct
-
+    data = plan.data_config
     dataset = pipeline.build_dataset(plan.config.data_dir, "validation", plan.config.batch_size, plan.image_size,
-                                     num_classes=plan.num_classes,
-                                     crop_fraction=model_info(plan.config.model).crop_fraction)
+                                     num_classes=plan.num_classes, crop_fraction=data.crop_fraction,
+                                     interpolation=data.interpolation)
     return accuracy(count_correct(lambda images: trainer(images, training=False), dataset))
-
-
-class RunLogger(tf.keras.callbacks.Callback):
-    """Every display_every steps (and at the last): metrics averaged over ranks; rank 0 prints them and
-    appends them to metrics.jsonl and TensorBoard. Also stops the run at a non-finite fp32 loss."""
-
-    _supports_tf_logs = True  # keep Keras from converting the logs to numpy (a device sync) every step
-
-    def __init__(self, trainer, optimizer, lr, plan: Plan):
-        super().__init__()
-        self.trainer, self.optimizer, self.lr, self.plan = trainer, optimizer, lr, plan
-        self.chief = distributed.is_chief()
-        log_dir = plan.config.log_dir if self.chief else None
-        self.metrics_path = os.path.join(log_dir, METRICS_FILE) if log_dir else None
-        if self.metrics_path and os.path.exists(self.metrics_path):
-            _drop_records_after(self.metrics_path, plan.start_step)
-        self.writer = tf.summary.create_file_writer(os.path.join(log_dir, "tensorboard")) if log_dir else None
-        self.last = {}
-        self.total_seconds = 0.0
-        self.timed_steps = 0
-        self.timed_seconds = 0.0
-        self.start_time = self.mark_time = self.warmup_end_time = None
-        self.mark_step = plan.start_step
-
-    def on_train_begin(self, logs=None):
-        self.start_time = self.mark_time = time.perf_counter()
-        if self.plan.config.benchmark_warmup_steps == 0:
-            self.warmup_end_time = self.start_time
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = self.plan.start_step + batch + 1
-        warmup_end = self.plan.start_step + self.plan.config.benchmark_warmup_steps
-        if step == warmup_end:
-            float(logs["loss"])  # wait for the step to finish before starting the clock
-            self.warmup_end_time = time.perf_counter()
-        if step % self.plan.config.display_every and step != self.plan.total_steps:
-            return
-        loss, top1, bad = distributed.allreduce(
-            tf.stack([logs["loss"], logs["top1"], tf.cast(self.trainer.first_nonfinite_step >= 0, tf.float32)]),
-            name="tfcnn_display").numpy()
-        if bad > 0:
-            first = int(self.trainer.first_nonfinite_step.numpy())
-            where = f"at step {first}" if first >= 0 else f"on another rank before step {step}"
-            raise NonFiniteLossError(f"the loss became NaN or infinite {where} (fp32): stopping. Lower --lr or "
-                                     f"check the data; the last checkpoint holds the state before it")
-        self.trainer.loss_metric.reset_state()
-        self.trainer.top1_metric.reset_state()
-        now = time.perf_counter()
-        rate = (step - self.mark_step) * self.plan.global_batch / max(now - self.mark_time, 1e-9)
-        self.mark_step, self.mark_time = step, now
-        record = {"step": step, "epoch": round(step / self.plan.steps_per_epoch, 4), "loss": float(loss),
-                  "top1": float(top1), "lr": float(self.lr(step - 1)), "img_per_sec": rate}
-        if self.plan.config.precision == "fp16":
-            record["loss_scale"] = float(self.optimizer.loss_scale)
-        self.last = record
-        if self.chief:
-            self._emit(record)
-
-    def _emit(self, record):
-        print(f"step {record['step']:>7}/{self.plan.total_steps}  epoch {record['epoch']:7.2f}  "
-              f"loss {record['loss']:.4f}  top1 {100 * record['top1']:6.2f}%  lr {record['lr']:.5f}  "
-              f"{record['img_per_sec']:9.1f} img/s" + (f"  loss scale {record['loss_scale']:g}"
-                                                       if "loss_scale" in record else ""), flush=True)
-        if self.metrics_path:
-            with open(self.metrics_path, "a") as f:
-                f.write(json.dumps(record) + "\n")
-        if self.writer:
-            with self.writer.as_default(step=record["step"]):
-                for key, value in record.items():
-                    if key != "step":
-                        tf.summary.scalar(key, value)
-            self.writer.flush()
-
-    def on_train_end(self, logs=None):
-        end = time.perf_counter()
-        self.total_seconds = end - self.start_time
-        warmup = self.plan.config.benchmark_warmup_steps
-        steps = self.plan.total_steps - self.plan.start_step
-        if steps > warmup and self.warmup_end_time is not None:
-            self.timed_steps, self.timed_seconds = steps - warmup, end - self.warmup_end_time
-
-    def summary(self) -> dict:
-        out = {"final": self.last, "train_seconds": self.total_seconds}
-        if self.timed_steps:
-            out["img_per_sec"] = self.timed_steps * self.plan.global_batch / self.timed_seconds
-            out["img_per_sec_steps"] = self.timed_steps
-        return out
-
-
-def _drop_records_after(path, step):
-    """A resumed run repeats the steps after its checkpoint; their old lines would appear twice."""
-    with open(path) as f:
-        lines = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
-    atomic_write_text(path, "".join(lines))
-
-
-class Checkpointer(tf.keras.callbacks.Callback):
-    """Every checkpoint_every steps, at each epoch end and at the last step: batch-norm statistics
-    averaged over ranks, a check that no weight is NaN or infinite (both on all ranks, so all take the
-    same decision), then rank 0 saves through the CheckpointManager (which keeps the last K)."""
-
-    _supports_tf_logs = True
-
-    def __init__(self, trainer, manager, plan: Plan):
-        super().__init__()
-        self.trainer, self.manager, self.plan = trainer, manager, plan
-        self.moving_stats = [v for v in trainer.model.non_trainable_variables if "moving_" in v.name]
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = self.plan.start_step + batch + 1
-        every = self.plan.config.checkpoint_every
-        if (every and step % every == 0) or step % self.plan.steps_per_epoch == 0 or step == self.plan.total_steps:
-            distributed.average_variables(self.moving_stats)
-            if not all_finite(self.trainer.model.variables):
-                raise NonFiniteLossError(
-                    f"the weights became NaN or infinite by step {step}: stopping without saving them. Lower "
-                    f"--lr or check the data; the last checkpoint holds the state before it")
-            if distributed.is_chief():
-                self.manager.save(checkpoint_number=step)
-
-
-@tf.function
-def all_finite(variables):
-    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables])
 
 
 def _print_start(plan: Plan):
@@ -404,7 +211,9 @@ def _print_start(plan: Plan):
           f"{c.precision}{' + XLA' if c.use_xla else ''}; {c.optimizer}, lr {c.lr} per 256 -> "
           f"{c.lr * plan.global_batch / 256:g} ({c.lr_schedule}, {c.warmup_epochs:g} warmup epochs); "
           f"{plan.total_steps} steps ({plan.steps_per_epoch} per epoch)"
-          + (f"; resuming from {plan.checkpoint} at step {plan.start_step}" if plan.checkpoint else ""), flush=True)
+          + (f"; resuming from {plan.checkpoint} at step {plan.start_step}" if plan.checkpoint else "")
+          + ("; --init_weights ignored: resuming takes precedence" if plan.checkpoint and c.init_weights else ""),
+          flush=True)
     for note in hardware_notes(c.precision, c.use_xla):
         print(f"tfcnn: {note}", flush=True)
 

@@ -1,0 +1,110 @@
+"""Convert timm / torchvision ImageNet weights into a tfcnn checkpoint (and optionally a SavedModel).
+
+    python -m tfcnn.convert --model resnet50 --weights resnet50-0676ba61.pth --output_dir runs/rn50_tv \\
+        [--num_classes 10 --new_head] [--export] [--image_size N --crop_fraction F --interpolation bicubic
+        --mean R,G,B --std R,G,B]
+
+Writes OUTPUT_DIR/checkpoints/ckpt-0, which records the model, its class count, the builder options the
+weights need (e.g. Inception's count_include_pad) and their data config (input size, crop, mean/std on
+the 0-255 scale, interpolation: from timm's config.json beside the file, torchvision's transforms for a
+torchvision file name, else the family's usual, said so; the flags override it). Then:
+
+    python -m tfcnn.evaluate --data_dir DIR --checkpoint OUTPUT_DIR
+    python examples/train.py --init_weights OUTPUT_DIR ...
+
+--export also writes OUTPUT_DIR/saved_model (both serving signatures, fed as the weights expect).
+OUTPUT_DIR/convert.json says what was loaded and skipped. Loading is strict: a file of another
+architecture is refused naming its keys. Nothing is downloaded: pass a file you have.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def convert(args, log=print) -> dict:
+    import tensorflow as tf
+
+    from tfcnn import checkpoints
+    from tfcnn.fileio import atomic_write_text
+    from tfcnn.models import create_model
+    from tfcnn.models.weights import load_weights, open_weights
+
+    source = open_weights(args.model, args.weights)
+    data = source.data_config.replace(input_size=args.image_size, crop_fraction=args.crop_fraction,
+                                      interpolation=args.interpolation, mean=args.mean, std=args.std)
+    head = "new" if args.new_head else "keep"
+    num_classes = args.num_classes or (source.num_classes if head == "keep" else None)
+    model = create_model(args.model, num_classes=num_classes, input_shape=(data.input_size, data.input_size, 3),
+                         **source.options)
+    model.data_config = data
+    report = load_weights(model, source, head=head, log=log)
+    os.makedirs(args.output_dir, exist_ok=True)
+    manager = tf.train.CheckpointManager(checkpoints.make_checkpoint(model), checkpoints.checkpoint_dir(args.output_dir),
+                                         max_to_keep=1, checkpoint_name="ckpt")
+    summary = {"model": args.model, "source": os.path.abspath(args.weights), "kind": source.kind,
+               "num_classes": checkpoints.model_classes(model), "loaded_tensors": report["loaded"],
+               "skipped": report["skipped"], "new_head": args.new_head, "options": dict(model.build_options),
+               "data_config": data.to_dict(), "data_config_origin": source.data_origin,
+               "checkpoint": manager.save(checkpoint_number=0)}
+    if args.export:
+        from tfcnn.training.export import export_saved_model
+
+        summary["saved_model"] = export_saved_model(model, os.path.join(args.output_dir, "saved_model"))
+    atomic_write_text(os.path.join(args.output_dir, "convert.json"), json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def _triple(text):
+    values = [float(v) for v in text.split(",")]
+    if len(values) != 3:
+        raise argparse.ArgumentTypeError(f"expected three comma-separated numbers (R,G,B), received: {text!r}")
+    return tuple(values)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tfcnn.convert", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="tfcnn model name (python -m tfcnn.models)")
+    parser.add_argument("--weights", required=True, help="timm / torchvision state dict: .safetensors, or "
+                                                         ".pth/.pt/.bin with torch installed")
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--num_classes", type=int, help="default: the file's classifier")
+    parser.add_argument("--new_head", action="store_true", help="load all but the classifier (another "
+                                                                 "--num_classes), which starts fresh")
+    parser.add_argument("--export", action="store_true", help="also write OUTPUT_DIR/saved_model")
+    parser.add_argument("--image_size", type=int, help="override the weights' input size")
+    parser.add_argument("--crop_fraction", type=float, help="override the weights' evaluation crop")
+    parser.add_argument("--interpolation", choices=("bilinear", "bicubic"), help="override the eval resize filter")
+    parser.add_argument("--mean", type=_triple, help="override the normalization mean, R,G,B on the 0-255 scale")
+    parser.add_argument("--std", type=_triple, help="override the normalization std, R,G,B on the 0-255 scale")
+    args = parser.parse_args(argv)
+    if args.num_classes is not None and args.num_classes < 1:
+        parser.error(f"--num_classes must be a positive integer, received: {args.num_classes}")
+    if args.new_head and not args.num_classes:
+        parser.error("--new_head needs --num_classes (the new classifier's class count)")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from tfcnn.models import list_models
+
+    if args.model not in list_models():
+        sys.exit(f"tfcnn.convert: error: unknown --model {args.model!r}; valid models: {', '.join(list_models())}")
+    try:
+        summary = convert(args)
+    except ValueError as error:
+        sys.exit(f"tfcnn.convert: error: {error}")
+    print(f"tfcnn.convert: {summary['model']} <- {summary['source']}: {summary['loaded_tensors']} tensors loaded"
+          + (f", skipped {len(summary['skipped'])} ({', '.join(summary['skipped'][:3])}...)" if summary["skipped"] else "")
+          + f"\n  checkpoint: {summary['checkpoint']}"
+          + (f"\n  SavedModel: {summary['saved_model']}" if "saved_model" in summary else "")
+          + f"\n  data config: {summary['data_config']} ({summary['data_config_origin']})"
+          + f"\n  evaluate: python -m tfcnn.evaluate --data_dir DIR --checkpoint {args.output_dir}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""The callbacks of a training run: progress (printing, metrics.jsonl, TensorBoard, the non-finite loss
+watch) and checkpoints.
+
+Side effects happen on rank 0; the collectives around them (metric averaging, batch-norm statistics
+averaging, the finiteness checks) run on every rank at the same steps, so no rank ever waits on another.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import tensorflow as tf
+
+from tfcnn import distributed
+from tfcnn.fileio import atomic_write_text
+from tfcnn.training.plan import Plan
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+class RunLogger(tf.keras.callbacks.Callback):
+    """Every display_every steps (and at the last): metrics averaged over ranks; rank 0 prints them and
+    appends them to metrics.jsonl and TensorBoard. Also stops the run at a non-finite fp32 loss."""
+
+    _supports_tf_logs = True  # keep Keras from converting the logs to numpy (a device sync) every step
+
+    def __init__(self, trainer, optimizer, lr, plan: Plan):
+        super().__init__()
+        self.trainer, self.optimizer, self.lr, self.plan = trainer, optimizer, lr, plan
+        self.chief = distributed.is_chief()
+        log_dir = plan.config.log_dir if self.chief else None
+        self.metrics_path = os.path.join(log_dir, METRICS_FILE) if log_dir else None
+        if self.metrics_path and os.path.exists(self.metrics_path):
+            _drop_records_after(self.metrics_path, plan.start_step)
+        self.writer = tf.summary.create_file_writer(os.path.join(log_dir, "tensorboard")) if log_dir else None
+        self.last = {}
+        self.total_seconds = 0.0
+        self.timed_steps = 0
+        self.timed_seconds = 0.0
+        self.start_time = self.mark_time = self.warmup_end_time = None
+        self.mark_step = plan.start_step
+
+    def on_train_begin(self, logs=None):
+        self.start_time = self.mark_time = time.perf_counter()
+        if self.plan.config.benchmark_warmup_steps == 0:
+            self.warmup_end_time = self.start_time
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.plan.start_step + batch + 1
+        warmup_end = self.plan.start_step + self.plan.config.benchmark_warmup_steps
+        if step == warmup_end:
+            float(logs["loss"])  # wait for the step to finish before starting the clock
+            self.warmup_end_time = time.perf_counter()
+        if step % self.plan.config.display_every and step != self.plan.total_steps:
+            return
+        loss, top1, bad = distributed.allreduce(
+            tf.stack([logs["loss"], logs["top1"], tf.cast(self.trainer.first_nonfinite_step >= 0, tf.float32)]),
+            name="tfcnn_display").numpy()
+        if bad > 0:
+            first = int(self.trainer.first_nonfinite_step.numpy())
+            where = f"at step {first}" if first >= 0 else f"on another rank before step {step}"
+            raise NonFiniteLossError(f"the loss became NaN or infinite {where} (fp32): stopping. Lower --lr or "
+                                     f"check the data; the last checkpoint holds the state before it")
+        self.trainer.loss_metric.reset_state()
+        self.trainer.top1_metric.reset_state()
+        now = time.perf_counter()
+        rate = (step - self.mark_step) * self.plan.global_batch / max(now - self.mark_time, 1e-9)
+        self.mark_step, self.mark_time = step, now
+        record = {"step": step, "epoch": round(step / self.plan.steps_per_epoch, 4), "loss": float(loss),
+                  "top1": float(top1), "lr": float(self.lr(step - 1)), "img_per_sec": rate}
+        if self.plan.config.precision == "fp16":
+            record["loss_scale"] = float(self.optimizer.loss_scale)
+        self.last = record
+        if self.chief:
+            self._emit(record)
+
+    def _emit(self, record):
+        print(f"step {record['step']:>7}/{self.plan.total_steps}  epoch {record['epoch']:7.2f}  "
+              f"loss {record['loss']:.4f}  top1 {100 * record['top1']:6.2f}%  lr {record['lr']:.5f}  "
+              f"{record['img_per_sec']:9.1f} img/s" + (f"  loss scale {record['loss_scale']:g}"
+                                                       if "loss_scale" in record else ""), flush=True)
+        if self.metrics_path:
+            with open(self.metrics_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        if self.writer:
+            with self.writer.as_default(step=record["step"]):
+                for key, value in record.items():
+                    if key != "step":
+                        tf.summary.scalar(key, value)
+            self.writer.flush()
+
+    def on_train_end(self, logs=None):
+        end = time.perf_counter()
+        self.total_seconds = end - self.start_time
+        warmup = self.plan.config.benchmark_warmup_steps
+        steps = self.plan.total_steps - self.plan.start_step
+        if steps > warmup and self.warmup_end_time is not None:
+            self.timed_steps, self.timed_seconds = steps - warmup, end - self.warmup_end_time
+
+    def summary(self) -> dict:
+        out = {"final": self.last, "train_seconds": self.total_seconds}
+        if self.timed_steps:
+            out["img_per_sec"] = self.timed_steps * self.plan.global_batch / self.timed_seconds
+            out["img_per_sec_steps"] = self.timed_steps
+        return out
+
+
+def _drop_records_after(path, step):
+    """A resumed run repeats the steps after its checkpoint; their old lines would appear twice."""
+    with open(path) as f:
+        lines = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+    atomic_write_text(path, "".join(lines))
+
+
+class Checkpointer(tf.keras.callbacks.Callback):
+    """Every checkpoint_every steps, at each epoch end and at the last step: batch-norm statistics
+    averaged over ranks, a check that no weight is NaN or infinite (both on all ranks, so all take the
+    same decision), then rank 0 saves through the CheckpointManager (which keeps the last K)."""
+
+    _supports_tf_logs = True
+
+    def __init__(self, trainer, manager, plan: Plan):
+        super().__init__()
+        self.trainer, self.manager, self.plan = trainer, manager, plan
+        self.moving_stats = [v for v in trainer.model.non_trainable_variables if "moving_" in v.name]
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.plan.start_step + batch + 1
+        every = self.plan.config.checkpoint_every
+        if (every and step % every == 0) or step % self.plan.steps_per_epoch == 0 or step == self.plan.total_steps:
+            distributed.average_variables(self.moving_stats)
+            if not all_finite(self.trainer.model.variables):
+                raise NonFiniteLossError(
+                    f"the weights became NaN or infinite by step {step}: stopping without saving them. Lower "
+                    f"--lr or check the data; the last checkpoint holds the state before it")
+            if distributed.is_chief():
+                self.manager.save(checkpoint_number=step)
+
+
+@tf.function
+def all_finite(variables):
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables])

@@ -1,0 +1,127 @@
+"""What a run resolves before it builds anything: its config filled in and checked against the data,
+the log directory and the initial weights, and the step arithmetic.
+
+Where the weights come from, in order: the latest checkpoint of --log_dir (a resume; --init_weights is
+then ignored, and the log says so), else --init_weights (a timm / torchvision state dict or a tfcnn
+checkpoint: rank 0 reads it, the others receive the weights by broadcast), else a fresh initialization.
+The builder options and the data config (input size, crop, mean/std, interpolation) come with them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from tfcnn import checkpoints, distributed
+from tfcnn.data import pipeline
+from tfcnn.models import DataConfig, model_info
+from tfcnn.training.config import IMAGENET_TRAIN_IMAGES, TrainConfig, validate
+
+CONFIG_FILE = "config.json"
+
+
+@dataclasses.dataclass
+class Plan:
+    """What a run resolved from its config, its data, its log directory and its initial weights."""
+    config: TrainConfig  # num_classes, image_size and seed filled in
+    global_batch: int
+    steps_per_epoch: int
+    total_steps: int
+    data_config: DataConfig  # what the model is fed: input_size is the run's image size
+    options: dict  # builder options (e.g. from reference weights)
+    start_step: int = 0
+    checkpoint: str | None = None  # the checkpoint to resume from
+    init: object = None  # weights.Source to start from (on rank 0; None on the others and when resuming)
+    init_classes: int | None = None  # the class count of the initial weights' classifier
+
+    @property
+    def num_classes(self) -> int:
+        return self.config.num_classes
+
+    @property
+    def image_size(self) -> int:
+        return self.config.image_size
+
+
+def make_plan(config: TrainConfig) -> Plan:
+    validate(config)
+    checkpoint = checkpoints.latest_checkpoint(config.log_dir) if config.log_dir else None
+    options, data, init, init_classes = _starting_weights(config, checkpoint)
+    config = _resolve(config, data.input_size)
+    info = model_info(config.model)
+    if config.image_size < info.min_size:
+        raise ValueError(f"--image_size must be >= {info.min_size} for {config.model}, received: {config.image_size}")
+    global_batch = config.batch_size * distributed.size()
+    if config.data_dir:
+        records = pipeline.count_records(config.data_dir, pipeline.list_shards(config.data_dir, "train"))
+    else:
+        records = IMAGENET_TRAIN_IMAGES
+    steps_per_epoch = records // global_batch
+    if steps_per_epoch < 1:
+        raise ValueError(f"{records} training images cannot fill one global batch of {global_batch} "
+                         f"(--batch_size {config.batch_size} x {distributed.size()} ranks)")
+    total = config.num_iter * steps_per_epoch if config.iter_unit == "epoch" else config.num_iter
+    plan = Plan(config, global_batch, steps_per_epoch, total, data.replace(input_size=config.image_size), options,
+                checkpoint=checkpoint, init=init, init_classes=init_classes)
+    if checkpoint:
+        record = checkpoints.check_compatible(checkpoint, config.model, config.num_classes,
+                                              f"--log_dir {config.log_dir}")
+        plan.start_step = record.step
+        if plan.start_step > total:
+            raise ValueError(
+                f"--num_iter {config.num_iter} --iter_unit {config.iter_unit} ({total} steps) is below step "
+                f"{plan.start_step} of the latest checkpoint in --log_dir {config.log_dir}: that run already "
+                f"went further. Pass --num_iter of at least its length to continue it, or another --log_dir")
+    return plan
+
+
+def _starting_weights(config: TrainConfig, checkpoint: str | None):
+    """(builder options, data config, weights.Source on rank 0 or None, their class count)."""
+    info = model_info(config.model)
+    if checkpoint:
+        record = checkpoints.describe(checkpoint)
+        data = DataConfig.from_dict(record.data_config) if record.data_config else info.data_config
+        return record.options, data, None, None
+    if not config.init_weights:
+        return {}, info.data_config, None, None
+    init = None
+    if distributed.is_chief():
+        from tfcnn.models.weights import open_weights
+
+        try:
+            init = open_weights(config.model, config.init_weights)
+            meta = (init.options, init.data_config.to_dict(), init.num_classes, None)
+        except ValueError as error:  # every rank must stop, not only the one that read the file
+            meta = (None, None, None, f"--init_weights: {error}")
+    else:
+        meta = None
+    options, data, classes, error = distributed.broadcast_object(meta)
+    if error:
+        raise ValueError(error)
+    return options, DataConfig.from_dict(data), init, classes
+
+
+def _resolve(config: TrainConfig, weights_input_size: int) -> TrainConfig:
+    """Fills in num_classes, image_size and seed; checks them against a run already in --log_dir."""
+    num_classes = config.num_classes or pipeline.num_classes_of(config.data_dir)
+    image_size = config.image_size or weights_input_size
+    previous = previous_config(config.log_dir)
+    seed = config.seed if config.seed is not None else (previous or {}).get("seed")
+    if seed is None:
+        # From the OS, not `random`: an earlier run in this process may have seeded `random`.
+        seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") >> 1)
+    if previous:
+        for key, now in (("model", config.model), ("num_classes", num_classes), ("image_size", image_size),
+                         ("batch_size", config.batch_size)):
+            if previous.get(key) != now:
+                raise ValueError(f"--log_dir {config.log_dir} holds a run with {key} {previous.get(key)!r}, not "
+                                 f"--{key} {now!r}: use another --log_dir, or the same --{key} to resume")
+    return dataclasses.replace(config, num_classes=num_classes, image_size=image_size, seed=seed)
+
+
+def previous_config(log_dir):
+    path = os.path.join(log_dir, CONFIG_FILE) if log_dir else None
+    if not path or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
