@@ -82,6 +82,54 @@ def test_resize_rounds_to_the_nearest_uint8():
     assert resized.numpy()[0, :, 0].tolist() == [0, 0, 1, 1]
 
 
+def _photo_like_jpeg(height, width, seed, quality=90):
+    """Real JPEG bytes of a smooth random scene (blurred noise: edges and gradients, like a photo)."""
+    import io
+
+    from PIL import Image, ImageFilter
+
+    noise = np.random.RandomState(seed).uniform(0, 255, (height, width, 3)).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(noise).filter(ImageFilter.GaussianBlur(2)).save(buffer, "JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+def _torchvision_view(pixels, size, resize, interpolation):
+    """torchvision's Resize(resize) + CenterCrop(size) on a PIL image, written out (no torch here)."""
+    from PIL import Image
+
+    image = Image.fromarray(pixels)
+    width, height = image.size
+    if width <= height:
+        new_width, new_height = resize, int(resize * height / width)
+    else:
+        new_width, new_height = int(resize * width / height), resize
+    image = image.resize((new_width, new_height), {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}[interpolation])
+    top, left = int(round((new_height - size) / 2.0)), int(round((new_width - size) / 2.0))
+    return np.asarray(image.crop((left, top, left + size, top + size))).astype(int)
+
+
+@pytest.mark.parametrize("height, width", [(375, 500), (500, 333), (180, 240)])  # landscape, portrait, upscaled
+@pytest.mark.parametrize("size, resize, interpolation", [(224, 256, "bilinear"), (224, 232, "bilinear"),
+                                                         (299, 342, "bilinear"), (224, 256, "bicubic")])
+def test_eval_view_is_torchvision_resize_then_centre_crop(height, width, size, resize, interpolation):
+    """Imported weights must see the pixels their source was evaluated on: JPEGs decode bit-identically to
+    PIL, and the one antialiased resampling matches PIL's resize + crop within 1 level (PIL rounds to uint8
+    between its two passes; bicubic overshoot clipped there too)."""
+    from PIL import Image
+    import io
+
+    encoded = _photo_like_jpeg(height, width, seed=height + width)
+    pil_pixels = np.asarray(Image.open(io.BytesIO(encoded)).convert("RGB"))
+    np.testing.assert_array_equal(preprocessing.decode_for_eval(tf.constant(encoded)).numpy(), pil_pixels)
+    view = preprocessing.eval_image(tf.constant(encoded), size, size / resize, interpolation)
+    assert view.dtype == tf.uint8 and view.shape == (size, size, 3)
+    difference = np.abs(view.numpy().astype(int) - _torchvision_view(pil_pixels, size, resize, interpolation))
+    assert difference.mean() < 0.25
+    assert difference.max() <= (1 if interpolation == "bilinear" else 4)
+    assert preprocessing.resize_size(size, size / resize) == resize
+
+
 def test_training_epoch_covers_every_record(shards):
     ds = pipeline.build_dataset(shards, "train", 6, 32, num_classes=3, seed=5)
     labels = np.concatenate([y.numpy() for _, y in ds.take(3)])  # 18 records = one epoch

@@ -193,6 +193,26 @@ def test_convert_then_evaluate_with_the_recorded_preprocessing(resnet18_file, sm
         result = evaluate(parse_args([f"--data_dir={small_dataset}", source, "--batch_size=4", "--quiet"]))
         assert DataConfig.from_dict(result["data_config"]) == expected, source
         assert (result["count"], result["top1_correct"]) == (12, top1), source
+    # the SavedModel's encoded-image signature crops and resizes as the recorded config says
+    from tfcnn.data.preprocessing import eval_image
+
+    exported = tf.saved_model.load(str(out / "saved_model"))
+    jpeg = next(iter(tf.data.TFRecordDataset(pipeline.list_shards(small_dataset, "validation")[0])))
+    encoded = tf.io.parse_single_example(jpeg, {"image/encoded": tf.io.FixedLenFeature([], tf.string)})["image/encoded"]
+    by_bytes = exported.signatures["classify_encoded"](encoded=encoded[None])["logits"]
+    pixels = tf.cast(eval_image(encoded, 48, 0.9, "bicubic"), tf.float32)[None]
+    by_pixels = exported.signatures["serving_default"](images=pixels)["logits"]
+    np.testing.assert_allclose(by_bytes.numpy(), by_pixels.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_benchmark_runs_the_weights_at_their_input_size(resnet18_file, tmp_path):
+    from tfcnn import benchmark
+
+    (tmp_path / "model.safetensors").write_bytes(open(resnet18_file, "rb").read())
+    (tmp_path / "config.json").write_text(json.dumps({"pretrained_cfg": {"input_size": [3, 48, 48]}}))
+    rows = benchmark.run(["resnet18"], "inference", [2], warmup_steps=1, steps=2, log=quiet,
+                         weights=str(tmp_path / "model.safetensors"))
+    assert rows[0]["status"] == "ok" and rows[0]["image_size"] == 48
 
 
 def test_fine_tuning_starts_from_the_weights_and_resuming_wins(resnet18_file, stripes, tmp_path, capsys):
