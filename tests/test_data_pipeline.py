@@ -114,10 +114,11 @@ def _torchvision_view(pixels, size, resize, interpolation):
                                                          (299, 342, "bilinear"), (224, 256, "bicubic")])
 def test_eval_view_is_torchvision_resize_then_centre_crop(height, width, size, resize, interpolation):
     """Imported weights must see the pixels their source was evaluated on: JPEGs decode bit-identically to
-    PIL, and the one antialiased resampling matches PIL's resize + crop within 1 level (PIL rounds to uint8
-    between its two passes; bicubic overshoot clipped there too)."""
-    from PIL import Image
+    PIL, and the one antialiased resampling matches PIL's resize + crop within 1 level with bilinear (PIL
+    rounds to uint8 between its two passes; bicubic overshoot is clipped there too)."""
     import io
+
+    from PIL import Image
 
     encoded = _photo_like_jpeg(height, width, seed=height + width)
     pil_pixels = np.asarray(Image.open(io.BytesIO(encoded)).convert("RGB"))

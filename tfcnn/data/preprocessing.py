@@ -68,7 +68,8 @@ def eval_view(image, image_size, crop_fraction, interpolation="bilinear"):
     with the filters PIL uses when downscaling (triangle for bilinear, Keys cubic a=-0.5 for bicubic,
     support widened by the scale). Same geometry as torchvision: the longer side truncated to
     int(resize * long / short), crop offsets rounded half to even. Measured against PIL on the same
-    pixels: at most 1 level apart (PIL rounds its two passes to uint8 in between).
+    pixels: at most 1 level apart with bilinear (PIL rounds its two passes to uint8 in between).
+    The resampling costs about 2 ms per image and core, twice the plain bilinear resize it replaces.
     """
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f"interpolation must be one of {', '.join(INTERPOLATIONS)}, received: {interpolation!r}")
@@ -90,7 +91,8 @@ def eval_view(image, image_size, crop_fraction, interpolation="bilinear"):
 def decode_for_eval(encoded):
     """Any encoded image (JPEG, PNG, BMP, GIF) -> uint8 [H, W, 3]. JPEGs with libjpeg's accurate integer
     DCT, as PIL decodes them (bit-identical), so imported weights see their source's pixels; TensorFlow's
-    default fast DCT is about 1 level off on average."""
+    default fast DCT is about 1 level off on average. (Decoding only the window the view reads saved
+    nothing measurable: the resampling dominates.)"""
     return tf.cond(tf.io.is_jpeg(encoded),
                    lambda: tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_ACCURATE"),
                    lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False))
