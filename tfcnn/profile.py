@@ -19,7 +19,11 @@ def count_macs(model: tf.keras.Model) -> int:
     """Multiply-accumulates of one forward pass for one image."""
     macs = 0
     for layer in _all_layers(model):
-        if isinstance(layer, tf.keras.layers.Conv2D):
+        if isinstance(layer, tf.keras.layers.DepthwiseConv2D):  # not a Conv2D subclass
+            kernel_h, kernel_w, channels, multiplier = layer.depthwise_kernel.shape
+            _, out_h, out_w, _ = layer.output.shape
+            macs += out_h * out_w * channels * multiplier * kernel_h * kernel_w
+        elif isinstance(layer, tf.keras.layers.Conv2D):
             kernel_h, kernel_w, in_per_group, out_channels = layer.kernel.shape
             _, out_h, out_w, _ = layer.output.shape
             macs += out_h * out_w * out_channels * kernel_h * kernel_w * in_per_group

@@ -11,6 +11,7 @@ Writes tests/fixtures/reference/MODEL.json (a few tens of KB each), recording th
 import json
 import os
 import sys
+from typing import Callable, NamedTuple
 
 import numpy as np
 import timm
@@ -33,32 +34,33 @@ def timm_model(arch, **kwargs):
     return lambda: timm.create_model(arch, pretrained=False, **kwargs)
 
 
-# tfcnn name -> (reference, constructor, small input size for the logits test)
+class Reference(NamedTuple):
+    reference: str  # "torchvision NAME" or "timm NAME", as tfcnn's ModelInfo.reference says
+    build: Callable  # -> the reference torch module
+    size: int  # small input side for the logits test (the smallest the model takes, or a little more)
+    damped: str | None = None  # regex of the norm weights that end a residual branch (see weightgen)
+
+
+# The norms that end a residual branch: bn3 of a bottleneck, bn2 of a basic block (torchvision / timm).
+BOTTLENECK, BASIC = r"^layer\d+\.\d+\.bn3\.weight$", r"^layer\d+\.\d+\.bn2\.weight$"
+
 REFERENCES = {
-    "resnet18": ("torchvision resnet18", torchvision_model("resnet18"), 64),
-    "resnet34": ("torchvision resnet34", torchvision_model("resnet34"), 64),
-    "resnet50": ("torchvision resnet50", torchvision_model("resnet50"), 64),
-    "resnet101": ("torchvision resnet101", torchvision_model("resnet101"), 64),
-    "resnet152": ("torchvision resnet152", torchvision_model("resnet152"), 64),
-    "resnext50_32x4d": ("torchvision resnext50_32x4d", torchvision_model("resnext50_32x4d"), 64),
-    "resnext101_32x4d": ("timm resnext101_32x4d", timm_model("resnext101_32x4d"), 64),
-    "se_resnext50_32x4d": ("timm seresnext50_32x4d", timm_model("seresnext50_32x4d"), 64),
-    "se_resnext101_32x4d": ("timm seresnext101_32x4d", timm_model("seresnext101_32x4d"), 64),
+    "resnet18": Reference("torchvision resnet18", torchvision_model("resnet18"), 64, BASIC),
+    "resnet34": Reference("torchvision resnet34", torchvision_model("resnet34"), 64, BASIC),
+    "resnet50": Reference("torchvision resnet50", torchvision_model("resnet50"), 64, BOTTLENECK),
+    "resnet101": Reference("torchvision resnet101", torchvision_model("resnet101"), 64, BOTTLENECK),
+    "resnet152": Reference("torchvision resnet152", torchvision_model("resnet152"), 64, BOTTLENECK),
+    "resnext50_32x4d": Reference("torchvision resnext50_32x4d", torchvision_model("resnext50_32x4d"), 64, BOTTLENECK),
+    "resnext101_32x4d": Reference("timm resnext101_32x4d", timm_model("resnext101_32x4d"), 64, BOTTLENECK),
+    "se_resnext50_32x4d": Reference("timm seresnext50_32x4d", timm_model("seresnext50_32x4d"), 64, BOTTLENECK),
+    "se_resnext101_32x4d": Reference("timm seresnext101_32x4d", timm_model("seresnext101_32x4d"), 64, BOTTLENECK),
     # With its auxiliary head, as torchvision's weight files hold it; transform_input off: tfcnn's
     # data config gives the (x - 0.5) / 0.5 inputs that it would produce.
-    "inception_v3": ("torchvision inception_v3", torchvision_model("inception_v3", aux_logits=True,
-                                                                    transform_input=False, init_weights=False), 75),
+    "inception_v3": Reference("torchvision inception_v3", torchvision_model(
+        "inception_v3", aux_logits=True, transform_input=False, init_weights=False), 75),
 }
 # Models whose auxiliary head is also checked, at the input size it needs.
 AUXILIARY = {"inception_v3": 299}
-
-
-def damped_pattern(keys):
-    """The norms that end a residual branch (see weightgen): bn3 of a bottleneck, bn2 of a basic block."""
-    names = {k for k, _ in keys}
-    if "layer1.0.conv1.weight" not in names:
-        return None
-    return r"^layer\d+\.\d+\.bn3\.weight$" if "layer1.0.bn3.weight" in names else r"^layer\d+\.\d+\.bn2\.weight$"
 
 
 def logits_of(model, x_nhwc):
@@ -68,12 +70,11 @@ def logits_of(model, x_nhwc):
 
 
 def record(name):
-    reference, build, size = REFERENCES[name]
+    reference, build, size, damped = REFERENCES[name]
     torch.manual_seed(0)
     model = build().eval()
     state = model.state_dict()
     keys = [[k, list(v.shape)] for k, v in state.items()]
-    damped = damped_pattern(keys)
     generated = weightgen.state_dict(keys, SEED, damped)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in generated.items()}, strict=False)
     x = weightgen.images(SEED, 2, size)

@@ -1,6 +1,7 @@
 """Building blocks shared by the model families (Keras functional API, NHWC)."""
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 layers = tf.keras.layers
@@ -52,3 +53,56 @@ def classifier_head(x, num_classes, dropout_rate, name="head"):
         x = layers.Dropout(dropout_rate, name=f"{name}_dropout")(x)
     return layers.Dense(num_classes, kernel_initializer=tf.keras.initializers.RandomNormal(stddev=0.01),
                         dtype="float32", name=f"{name}_fc")(x)
+
+
+@tf.keras.utils.register_keras_serializable(package="tfcnn")
+class AdaptiveAveragePooling2D(layers.Layer):
+    """PyTorch's AdaptiveAvgPool2d: averages [H, W] onto a fixed (out_h, out_w) grid, output cell i covering
+    input rows floor(i * H / out_h) to ceil((i + 1) * H / out_h) (overlapping when H is not a multiple, and
+    repeating rows when H < out_h). Lets a fixed-size classifier (VGG, AlexNet) take any input size.
+    Computed as two small averaging matrices (exact, and one einsum)."""
+
+    def __init__(self, output_size, **kwargs):
+        super().__init__(**kwargs)
+        self.output_size = tuple(output_size)
+
+    @staticmethod
+    def _averaging_matrix(size, out):
+        matrix = np.zeros((out, size), np.float32)
+        for i in range(out):
+            start, end = (i * size) // out, -((-(i + 1) * size) // out)
+            matrix[i, start:end] = 1.0 / (end - start)
+        return matrix
+
+    def call(self, x):
+        rows = tf.constant(self._averaging_matrix(x.shape[1], self.output_size[0]), x.dtype)
+        cols = tf.constant(self._averaging_matrix(x.shape[2], self.output_size[1]), x.dtype)
+        return tf.einsum("oh,bhwc,pw->bopc", rows, x, cols)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], *self.output_size, input_shape[3])
+
+    def get_config(self):
+        return {**super().get_config(), "output_size": self.output_size}
+
+
+@tf.keras.utils.register_keras_serializable(package="tfcnn")
+class DropPath(layers.Layer):
+    """Stochastic depth (Huang et al., https://arxiv.org/abs/1603.09382): in training, zeroes a residual
+    branch for a random `rate` of the samples and scales the others by 1 / (1 - rate); the identity at
+    inference."""
+
+    def __init__(self, rate, **kwargs):
+        super().__init__(**kwargs)
+        self.rate = float(rate)
+
+    def call(self, x, training=None):
+        if not training or not self.rate:
+            return x
+        keep = 1.0 - self.rate
+        shape = tf.concat([tf.shape(x)[:1], tf.ones([tf.rank(x) - 1], tf.int32)], 0)
+        mask = tf.floor(keep + tf.random.uniform(shape, dtype=x.dtype))
+        return x / keep * mask
+
+    def get_config(self):
+        return {**super().get_config(), "rate": self.rate}
