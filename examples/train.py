@@ -25,18 +25,21 @@ HELP = {
     "iter_unit": "epoch or batch",
     "precision": "fp32, fp16 (mixed, dynamic loss scaling) or bf16 (mixed)",
     "use_xla": "XLA-compile the forward and backward pass",
-    "optimizer": "sgd (momentum), lamb or adamw",
+    "optimizer": "sgd (momentum), rmsprop, lamb or adamw",
     "lr": "learning rate per 256 images (scaled by the global batch)",
     "lr_schedule": "cosine, step, poly or constant (after the linear warmup)",
     "warmup_epochs": "linear learning-rate warmup length",
     "lr_decay_epochs": "step schedule: epochs at which the rate is multiplied by --lr_decay_factor",
     "lr_decay_factor": "step schedule factor",
     "poly_power": "poly schedule exponent",
-    "momentum": "SGD momentum (beta_1 for lamb/adamw)",
-    "beta_2": "lamb/adamw beta_2",
+    "momentum": "SGD / RMSprop momentum (beta_1 for lamb/adamw)",
+    "beta_2": "lamb/adamw beta_2; RMSprop's rho",
+    "epsilon": "rmsprop/lamb/adamw epsilon (default: the optimizer's own)",
     "weight_decay": "weight decay (kernels only, never batch-norm parameters or biases)",
     "label_smoothing": "label smoothing",
     "grad_compression": "allreduce gradients in fp16",
+    "ema_decay": "keep an exponential moving average of the weights with this decay (e.g. 0.9999; 0: off); "
+                 "evaluation, --predict, the export and checkpoint-based evaluation use the average",
     "seed": "seed of the initial weights, data order and augmentation (default: drawn once, kept in --log_dir)",
     "init_weights": "start from these weights: a timm / torchvision state dict (.safetensors, or .pth with torch "
                     "installed) or a tfcnn checkpoint, log dir or convert output; another --num_classes gets a "
@@ -58,22 +61,12 @@ def define_flags():
     if "log_dir" in flags.FLAGS:
         # absl.logging defines --log_dir for its own log files, which tfcnn never writes; ours wins.
         delattr(flags.FLAGS, "log_dir")
+    # The annotation says the flag's type (`float | None`: a float flag whose absence keeps the default).
+    definers = (("bool", flags.DEFINE_boolean), ("float", flags.DEFINE_float), ("int", flags.DEFINE_integer),
+                ("tuple", flags.DEFINE_list), ("str", flags.DEFINE_string))
     for field in FIELDS:
-        default = field.default
-        help_text = f"{HELP[field.name]} (default: {default})"
-        kind = type(default) if default is not None else str
-        if field.name in ("num_classes", "image_size", "seed"):
-            flags.DEFINE_integer(field.name, None, help_text)
-        elif kind is bool:
-            flags.DEFINE_boolean(field.name, None, help_text)
-        elif kind is int:
-            flags.DEFINE_integer(field.name, None, help_text)
-        elif kind is float:
-            flags.DEFINE_float(field.name, None, help_text)
-        elif kind is tuple:
-            flags.DEFINE_list(field.name, None, help_text)
-        else:
-            flags.DEFINE_string(field.name, None, help_text)
+        define = next(define for kind, define in definers if kind in str(field.type))
+        define(field.name, None, f"{HELP[field.name]} (default: {field.default})")
 
 
 def main(argv):

@@ -46,7 +46,7 @@ def test_step_and_poly_schedules():
     assert float(poly(5)) == pytest.approx(0.25)
 
 
-@pytest.mark.parametrize("name", ["sgd", "adamw", "lamb"])
+@pytest.mark.parametrize("name", ["sgd", "rmsprop", "adamw", "lamb"])
 def test_weight_decay_spares_batch_norm_and_biases(name):
     """With zero gradients only weight decay moves variables: kernels shrink, 1-D variables stay."""
     kernel = tf.Variable(tf.ones([3, 4]), name="dense/kernel")
@@ -69,12 +69,14 @@ def test_weight_decay_spares_batch_norm_and_biases(name):
 
 
 @pytest.mark.parametrize("overrides, match", [
-    (dict(model="resnet5"), "unknown --model 'resnet5'; valid models: inception_v3"),
+    (dict(model="resnet5"), r"unknown --model 'resnet5'; valid models: [a-z0-9_, ]*inception_v3, inception_v4, resnet101"),
     (dict(batch_size=0), "--batch_size must be a positive integer, received: 0"),
     (dict(iter_unit="steps"), "--iter_unit must be one of epoch, batch, received: 'steps'"),
     (dict(precision="fp8"), "--precision must be one of fp32, fp16, bf16, received: 'fp8'"),
     (dict(predict=True), "--predict needs --data_dir"),
     (dict(lr_decay_epochs=[60, 30]), "--lr_decay_epochs must be increasing"),
+    (dict(ema_decay=1.0), r"--ema_decay must be in \[0, 1\) \(0: off\), received: 1.0"),
+    (dict(optimizer="adam"), "--optimizer must be one of sgd, rmsprop, lamb, adamw, received: 'adam'"),
 ])
 def test_bad_config_is_rejected_naming_flag_and_value(overrides, match):
     with pytest.raises(ValueError, match=match):
@@ -82,7 +84,8 @@ def test_bad_config_is_rejected_naming_flag_and_value(overrides, match):
 
 
 def test_unknown_recipe_lists_valid_ones():
-    with pytest.raises(ValueError, match="unknown --recipe 'rn50'; valid recipes: inception_v3_90e, resnet50_90e"):
+    with pytest.raises(ValueError, match="unknown --recipe 'rn50'; valid recipes: efficientnet_b0_500e, "
+                                         "inception_v3_90e, resnet50_90e"):
         make_config("rn50")
 
 
@@ -118,6 +121,29 @@ def test_slow_precision_and_xla_without_a_gpu_are_named(monkeypatch):
     assert precision.hardware_notes("bf16") == precision.hardware_notes("fp32") == []
     monkeypatch.setattr(precision, "has_gpu", lambda: True)
     assert precision.hardware_notes("fp16", use_xla=True) == []
+
+
+def test_weight_average_follows_the_weights_after_a_warmup():
+    from tfcnn.ema import WeightAverage
+
+    model = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,)), tf.keras.layers.BatchNormalization()])
+    average = WeightAverage(model, decay=0.9)
+    expected = [w.numpy() for w in model.weights]
+    assert len(average.averages) == len(model.weights) == 6  # batch-norm statistics are averaged too
+    for step in range(1, 5):
+        for weight in model.weights:
+            weight.assign_add(tf.fill(weight.shape, float(step)))
+        average.update(step)
+        decay = min(0.9, (1 + step) / (10 + step))  # TensorFlow's num_updates warmup
+        expected = [decay * e + (1 - decay) * w.numpy() for e, w in zip(expected, model.weights)]
+    for got, want in zip(average.averages, expected):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+    own = [w.numpy() for w in model.weights]
+    with average.swapped_in():
+        for weight, want in zip(model.weights, expected):
+            np.testing.assert_allclose(weight.numpy(), want, rtol=1e-6)
+    for weight, value in zip(model.weights, own):
+        np.testing.assert_array_equal(weight.numpy(), value)
 
 
 # ------------------------------------------------------------------------------- single process
@@ -161,6 +187,28 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path):
 
     exported = evaluate(parse_args([f"--data_dir={stripes}", f"--saved_model={export_dir}", "--batch_size=16"]))
     assert (exported["count"], exported["top1"]) == (48, summary["validation"]["top1"])
+
+
+def test_the_weight_average_is_what_checkpoints_evaluate_and_export(stripes, tmp_path):
+    from tfcnn.data.preprocessing import normalize_batch
+    from tfcnn.models import create_model
+    from tfcnn.models.weights import open_weights
+
+    log_dir, export_dir = tmp_path / "run", tmp_path / "export"
+    summary = train(make_config(**TINY, data_dir=stripes, num_iter=6, iter_unit="batch", ema_decay=0.5,
+                                optimizer="rmsprop", epsilon=0.001, log_dir=str(log_dir), export_dir=str(export_dir)))
+    assert checkpoints.describe(checkpoints.latest_checkpoint(str(log_dir))).averaged
+    averaged = create_model("resnet18", weights=str(log_dir), log=lambda *_: None)  # what tfcnn.evaluate loads
+    source = open_weights("resnet18", str(log_dir))
+    source.averaged = False
+    raw = create_model("resnet18", weights=source, log=lambda *_: None)
+    assert any(not np.allclose(a, b) for a, b in zip(averaged.get_weights(), raw.get_weights()))
+    pixels = tf.cast(tf.random.stateless_uniform([2, 32, 32, 3], seed=(3, 4), maxval=256, dtype=tf.int32), tf.float32)
+    data = averaged.data_config
+    served = tf.saved_model.load(str(export_dir)).signatures["serving_default"](images=pixels)["logits"].numpy()
+    expected = averaged(normalize_batch(pixels, data.mean, data.std, tf.float32), training=False).numpy()
+    np.testing.assert_allclose(served, expected, rtol=1e-4, atol=1e-4)
+    assert summary["config"]["ema_decay"] == 0.5
 
 
 def test_trainer_feeds_the_model_normalized_images():
@@ -310,13 +358,14 @@ def test_two_ranks_keep_identical_weights(stripes, tmp_path, launcher):
 
     init = weightgen.write_safetensors(weightgen.fixture("resnet18"), tmp_path / "resnet18.safetensors")
     config = dict(TINY, data_dir=stripes, num_iter=10, iter_unit="batch", lr=0.4, warmup_epochs=0.5,
-                  log_dir=str(tmp_path / "run"), init_weights=init)
+                  log_dir=str(tmp_path / "run"), init_weights=init, ema_decay=0.9)
     out = run_probe(launcher, config, tmp_path / "out")
     assert "2 rank(s) x batch 8 = global batch 16" in out
     assert "the classifier is re-initialized" in out and f"initial weights from {init}" in out
     r0, r1 = np.load(tmp_path / "out" / "rank0.npz"), np.load(tmp_path / "out" / "rank1.npz")
     assert r0["steps"][-1] == r1["steps"][-1] == 10
-    weights = [k for k in r0.files if k.startswith("w")]
+    weights = [k for k in r0.files if k.startswith(("w", "ema"))]
+    assert any(k.startswith("ema") for k in weights)  # every rank keeps the same moving average too
     for key in weights:
         np.testing.assert_array_equal(r0[key], r1[key], err_msg=key)
     assert not np.array_equal(r0["digests"][0], r0["digests"][-1])  # and they did train

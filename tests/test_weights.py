@@ -115,7 +115,7 @@ def test_inception_auxiliary_head_and_its_padded_pools(tmp_path):
     full = create_model("inception_v3", weights=path, aux_logits=True, log=quiet)  # 299 px, both heads
     logits, aux_logits = full(weightgen.images(fixture["seed"] + 1, 1, aux["input_size"]), training=False)
     assert weightgen.relative_error(logits, weightgen.decode(aux["logits"], aux["shape"])) < 1e-4
-    assert weightgen.relative_error(aux_logits, weightgen.decode(aux["aux_logits"], aux["shape"])) < 1e-4
+    assert weightgen.relative_error(aux_logits, weightgen.decode(aux["aux_logits"][0], aux["shape"])) < 1e-4
 
     # a tfcnn checkpoint keeps the pooling option and the data config, and loads to the same function
     checkpoints.make_checkpoint(small).write(str(tmp_path / "ckpt" / "ckpt-0"))
@@ -123,6 +123,37 @@ def test_inception_auxiliary_head_and_its_padded_pools(tmp_path):
                          log=quiet)
     assert again.build_options["count_include_pad"] is True and again.data_config == small.data_config
     np.testing.assert_array_equal(again(images, training=False).numpy(), small(images, training=False).numpy())
+
+
+def test_googlenet_auxiliary_heads_load_when_asked_for(tmp_path):
+    fixture = weightgen.fixture("googlenet")
+    path = weightgen.write_safetensors(fixture, tmp_path / "googlenet.safetensors")
+    aux = fixture["auxiliary"]
+    size = aux["input_size"]
+    model = create_model("googlenet", weights=path, aux_logits=True, input_shape=(size, size, 3), log=quiet)
+    outputs = model(weightgen.images(fixture["seed"] + 1, 1, size), training=False)
+    expected = [aux["logits"], *aux["aux_logits"]]  # [logits, aux1 (on 4a), aux2 (on 4d)]
+    assert len(outputs) == len(expected) == 3
+    for output, encoded in zip(outputs, expected):
+        assert weightgen.relative_error(output, weightgen.decode(encoded, aux["shape"])) < 1e-4
+
+
+def test_torchvisions_old_densenet_key_names_load(tmp_path):
+    """torchvision's published DenseNet files still say `denselayer1.norm.1`; they load like current ones."""
+    import re
+
+    from safetensors.numpy import save_file
+
+    fixture = weightgen.fixture("densenet121")
+    current = weightgen.state_dict(fixture["keys"], fixture["seed"], fixture.get("damped"))
+    old = {re.sub(r"(denselayer\d+\.(?:norm|conv))([12])\.", r"\1.\2.", k): v for k, v in current.items()}
+    assert "features.denseblock1.denselayer1.norm.1.weight" in old
+    save_file(old, str(tmp_path / "densenet121-a639ec97.safetensors"))
+    size = fixture["input_size"]
+    model = create_model("densenet121", weights=str(tmp_path / "densenet121-a639ec97.safetensors"),
+                         input_shape=(size, size, 3), log=quiet)
+    logits = model(weightgen.images(fixture["seed"], 2, size), training=False)
+    assert weightgen.relative_error(logits, weightgen.decode(fixture["logits"], fixture["logits_shape"])) < 1e-4
 
 
 def test_the_data_config_travels_with_the_file(resnet18_file, tmp_path):

@@ -31,13 +31,16 @@ class Record:
     options: dict
     data_config: dict | None
     step: int
+    averaged: bool = False  # holds an exponential moving average of the weights (`ema`), used for inference
 
 
 def make_checkpoint(model: tf.keras.Model, **state) -> tf.train.Checkpoint:
     """A Checkpoint of a zoo model (plus optimizer, step, ... in `state`) that records the model's name,
-    class count, builder options (`model.build_options`) and data config (`model.data_config`)."""
-    record = json.dumps({"options": dict(model.build_options), "data_config": model.data_config.to_dict()},
-                        sort_keys=True)
+    class count, builder options (`model.build_options`) and data config (`model.data_config`), and
+    whether `state` holds an `ema` (tfcnn.ema.WeightAverage) of its weights."""
+    record = json.dumps({"options": dict(model.build_options), "data_config": model.data_config.to_dict(),
+                         "averaged": state.get("ema") is not None}, sort_keys=True)
+    state = {k: v for k, v in state.items() if v is not None}
     return tf.train.Checkpoint(
         model=model, tfcnn_model=tf.Variable(model.name, trainable=False, dtype=tf.string),
         tfcnn_num_classes=tf.Variable(model_classes(model), trainable=False, dtype=tf.int64),
@@ -69,7 +72,8 @@ def describe(path: str) -> Record:
     classes = int(reader.get_tensor(_CLASSES_KEY)) if reader.has_tensor(_CLASSES_KEY) else None
     record = json.loads(reader.get_tensor(_RECORD_KEY).decode()) if reader.has_tensor(_RECORD_KEY) else {}
     step = int(reader.get_tensor(_STEP_KEY)) if reader.has_tensor(_STEP_KEY) else 0
-    return Record(name, classes, record.get("options") or {}, record.get("data_config"), step)
+    return Record(name, classes, record.get("options") or {}, record.get("data_config"), step,
+                  bool(record.get("averaged")))
 
 
 def check_compatible(path: str, model_name: str, num_classes: int, where: str) -> Record:
@@ -84,7 +88,15 @@ def check_compatible(path: str, model_name: str, num_classes: int, where: str) -
     return record
 
 
-def restore_model(path: str, model: tf.keras.Model) -> None:
+def restore_model(path: str, model: tf.keras.Model, averaged: bool = False) -> None:
     """Loads only the model weights of a checkpoint (optimizer slots and counters are not needed); every
-    model variable must come from the checkpoint."""
-    tf.train.Checkpoint(model=model).read(path).expect_partial().assert_existing_objects_matched()
+    model variable must come from the checkpoint. averaged: the moving average of the weights instead
+    (a checkpoint whose record says `averaged`), as inference should use."""
+    if averaged:
+        from tfcnn.ema import WeightAverage
+
+        average = WeightAverage(model, decay=0.0)
+        tf.train.Checkpoint(ema=average).read(path).expect_partial().assert_existing_objects_matched()
+        average.copy_to_model()
+    else:
+        tf.train.Checkpoint(model=model).read(path).expect_partial().assert_existing_objects_matched()

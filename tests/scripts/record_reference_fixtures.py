@@ -50,6 +50,7 @@ REFERENCES = {
     "resnet50": Reference("torchvision resnet50", torchvision_model("resnet50"), 64, BOTTLENECK),
     "resnet101": Reference("torchvision resnet101", torchvision_model("resnet101"), 64, BOTTLENECK),
     "resnet152": Reference("torchvision resnet152", torchvision_model("resnet152"), 64, BOTTLENECK),
+    "wide_resnet50_2": Reference("torchvision wide_resnet50_2", torchvision_model("wide_resnet50_2"), 64, BOTTLENECK),
     "resnext50_32x4d": Reference("torchvision resnext50_32x4d", torchvision_model("resnext50_32x4d"), 64, BOTTLENECK),
     "resnext101_32x4d": Reference("timm resnext101_32x4d", timm_model("resnext101_32x4d"), 64, BOTTLENECK),
     "se_resnext50_32x4d": Reference("timm seresnext50_32x4d", timm_model("seresnext50_32x4d"), 64, BOTTLENECK),
@@ -58,9 +59,26 @@ REFERENCES = {
     # data config gives the (x - 0.5) / 0.5 inputs that it would produce.
     "inception_v3": Reference("torchvision inception_v3", torchvision_model(
         "inception_v3", aux_logits=True, transform_input=False, init_weights=False), 75),
+    "googlenet": Reference("torchvision googlenet", torchvision_model(
+        "googlenet", aux_logits=True, transform_input=False, init_weights=False), 56),
+    "densenet121": Reference("torchvision densenet121", torchvision_model("densenet121"), 37),
+    # 107 px leaves a 2x2 final map, so the last stage's 1x3 / 3x1 padding is tested (75 would leave 1x1).
+    "inception_v4": Reference("timm inception_v4", timm_model("inception_v4"), 107),
+    "inception_resnet_v2": Reference("timm inception_resnet_v2", timm_model("inception_resnet_v2"), 107),
+    # 95 / 64 px leave a 2x2 map before the adaptive pool, so the flatten's reordering is tested (at the
+    # minimum size the 6x6 / 7x7 grid would repeat one pixel and hide a height/width swap).
+    "alexnet": Reference("torchvision alexnet", torchvision_model("alexnet"), 95),
+    **{name: Reference(f"torchvision {name}", torchvision_model(name), 64)
+       for name in ("vgg11", "vgg13", "vgg16", "vgg19", "vgg16_bn")},
+    # 64 px: every strided layer gets an even input, where Keras' one-sided 'same' padding would show.
+    **{name: Reference(f"timm {name}", timm_model(name), 64) for name in (
+        "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4")},
+    "mobilenet_v2": Reference("torchvision mobilenet_v2", torchvision_model("mobilenet_v2"), 64),
+    "xception": Reference("timm legacy_xception", timm_model("legacy_xception"), 75,
+                          r"^block(1\.rep\.4|([23]|12)\.rep\.5|([4-9]|1[01])\.rep\.8)\.weight$"),
 }
-# Models whose auxiliary head is also checked, at the input size it needs.
-AUXILIARY = {"inception_v3": 299}
+# Models whose auxiliary heads are also checked, at the input size they need.
+AUXILIARY = {"inception_v3": 299, "googlenet": 56}
 
 
 def logits_of(model, x_nhwc):
@@ -90,9 +108,13 @@ def record(name):
             if isinstance(module, (torch.nn.BatchNorm2d, torch.nn.Dropout)):
                 module.eval()
         x = weightgen.images(SEED + 1, 1, aux_size)
-        main, aux = logits_of(model, x)
+        outputs = logits_of(model, x)
+        if isinstance(outputs, torchvision.models.GoogLeNetOutputs):  # (logits, aux_logits2, aux_logits1)
+            main, aux = outputs.logits, [outputs.aux_logits1, outputs.aux_logits2]  # tfcnn's order: [aux1, aux2]
+        else:
+            main, aux = outputs[0], [outputs[1]]
         fixture["auxiliary"] = {"input_size": aux_size, "logits": weightgen.encode(main.numpy()),
-                                "aux_logits": weightgen.encode(aux.numpy()), "shape": list(main.shape)}
+                                "aux_logits": [weightgen.encode(a.numpy()) for a in aux], "shape": list(main.shape)}
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, f"{name}.json"), "w") as f:
         json.dump(fixture, f, separators=(",", ":"))

@@ -3,8 +3,8 @@
     python tests/scripts/train_probe.py CONFIG_JSON OUT_DIR [--inject_inf_rank R --inject_inf_step S]
         [--interrupt_at_step S]
 
-Writes OUT_DIR/rank{r}.npz: the final trainable weights, and per step the loss scale (fp16) and a
-float64 digest of the weights; OUT_DIR/summary{r}.json: train()'s summary. --inject_inf_* makes one
+Writes OUT_DIR/rank{r}.npz: the final trainable weights (and moving averages of all weights with
+--ema_decay), and per step the loss scale (fp16) and a float64 digest of the weights; OUT_DIR/summary{r}.json: train()'s summary. --inject_inf_* makes one
 rank's gradients infinite at one step (as an fp16 overflow would); --interrupt_at_step raises
 KeyboardInterrupt at the end of a step (as Ctrl-C would).
 """
@@ -42,6 +42,8 @@ class Recorder(tf.keras.callbacks.Callback):
 
     def save(self, trainer):
         weights = {f"w{i}": v.numpy() for i, v in enumerate(trainer.model.trainable_variables)}
+        if trainer.ema is not None:  # the moving average of every model weight (batch-norm statistics too)
+            weights.update({f"ema{i}": v.numpy() for i, v in enumerate(trainer.ema.averages)})
         np.savez(os.path.join(self.out_dir, f"rank{distributed.rank()}.npz"), steps=np.array(self.steps),
                  loss_scales=np.array(self.loss_scales), digests=np.array(self.digests), **weights)
 

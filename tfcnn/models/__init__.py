@@ -10,8 +10,17 @@ from tfcnn.models.registry import (DataConfig, ModelInfo, create_model, list_mod
 from tfcnn.models.weights import load_weights
 
 # Importing a family registers its variants.
+from tfcnn.models import alexnet as _alexnet  # noqa: E402,F401
+from tfcnn.models import densenet as _densenet  # noqa: E402,F401
+from tfcnn.models import efficientnet as _efficientnet  # noqa: E402,F401
+from tfcnn.models import googlenet as _googlenet  # noqa: E402,F401
+from tfcnn.models import inception_resnet_v2 as _inception_resnet_v2  # noqa: E402,F401
 from tfcnn.models import inception_v3 as _inception_v3  # noqa: E402,F401
+from tfcnn.models import inception_v4 as _inception_v4  # noqa: E402,F401
+from tfcnn.models import mobilenet_v2 as _mobilenet_v2  # noqa: E402,F401
 from tfcnn.models import resnet as _resnet  # noqa: E402,F401
+from tfcnn.models import vgg as _vgg  # noqa: E402,F401
+from tfcnn.models import xception as _xception  # noqa: E402,F401
 
 __all__ = ["DataConfig", "ModelInfo", "create_model", "list_models", "load_weights", "model_info", "model_overrides",
            "register_model"]

@@ -34,15 +34,81 @@ def conv_bn(x, filters, kernel_size, *, name, strides=1, groups=1, activation=Tr
     return x
 
 
-def squeeze_excite(x, reduction, name):
-    """Squeeze-and-excitation (Hu et al., https://arxiv.org/abs/1709.01507): channel gates from
-    globally pooled features through a bottleneck of channels // reduction (1x1 convs with bias)."""
-    channels = x.shape[-1]
+def squeeze_excite(x, reduced_channels, name, activation="relu"):
+    """Squeeze-and-excitation (Hu et al., https://arxiv.org/abs/1709.01507): channel gates from globally
+    pooled features through a bottleneck of `reduced_channels` (1x1 convs with bias, `activation` between,
+    sigmoid gate). SE-ResNeXt squeezes to channels // 16 with ReLU; EfficientNet to a quarter of the
+    block's input channels with SiLU."""
     s = layers.GlobalAveragePooling2D(keepdims=True, name=f"{name}_squeeze")(x)
-    s = layers.Conv2D(channels // reduction, 1, kernel_initializer=conv_init(), name=f"{name}_reduce")(s)
-    s = layers.ReLU(name=f"{name}_relu")(s)
-    s = layers.Conv2D(channels, 1, activation="sigmoid", kernel_initializer=conv_init(), name=f"{name}_expand")(s)
+    s = layers.Conv2D(reduced_channels, 1, kernel_initializer=conv_init(), name=f"{name}_reduce")(s)
+    s = activation_layer(activation, f"{name}_{activation}")(s)
+    s = layers.Conv2D(x.shape[-1], 1, activation="sigmoid", kernel_initializer=conv_init(), name=f"{name}_expand")(s)
     return layers.Multiply(name=f"{name}_scale")([x, s])
+
+
+def make_divisible(value, divisor=8, round_limit=0.9):
+    """Nearest multiple of `divisor` (at least `divisor`), one step up if that lost more than
+    1 - round_limit of `value`: the channel rounding of TF's MobileNet / EfficientNet code, which
+    torchvision (`_make_divisible`) and timm (`make_divisible`) repeat."""
+    rounded = max(divisor, int(value + divisor / 2) // divisor * divisor)
+    return rounded + divisor if rounded < round_limit * value else rounded
+
+
+def activation_layer(kind, name):
+    """'relu', 'silu' (x * sigmoid(x), a.k.a. swish) or 'relu6' (min(max(x, 0), 6))."""
+    if kind == "relu":
+        return layers.ReLU(name=name)
+    if kind == "silu":
+        return layers.Activation("swish", name=name)
+    if kind == "relu6":
+        return layers.ReLU(6.0, name=name)
+    raise ValueError(f"activation must be 'relu', 'silu' or 'relu6', received: {kind!r}")
+
+
+def conv_bn_act(x, filters, kernel_size, *, name, activation, strides=1, bn):
+    """conv_bn (bias-free conv, symmetric padding, BN) -> `activation` (None: linear)."""
+    x = conv_bn(x, filters, kernel_size, strides=strides, activation=False, name=name, **bn)
+    return activation_layer(activation, f"{name}_act")(x) if activation else x
+
+
+def depthwise_bn_act(x, kernel_size, *, name, activation, strides=1, bn_epsilon=1e-5, bn_momentum=0.9):
+    """Depthwise kxk conv (no bias) -> BN -> activation, padded k // 2 on every side as PyTorch does
+    (Keras' 'same' would pad bottom/right only when strided: see layers.conv_bn)."""
+    padding = "same"
+    if strides > 1:
+        x = layers.ZeroPadding2D(kernel_size // 2, name=f"{name}_pad")(x)
+        padding = "valid"
+    x = layers.DepthwiseConv2D(kernel_size, strides=strides, padding=padding, use_bias=False,
+                               depthwise_initializer=conv_init(), name=f"{name}_conv")(x)
+    x = layers.BatchNormalization(epsilon=bn_epsilon, momentum=bn_momentum, name=f"{name}_bn")(x)
+    return activation_layer(activation, f"{name}_act")(x)
+
+
+def inverted_residual(x, out_channels, *, name, kernel_size=3, stride=1, mid_channels=None, activation,
+                      se_channels=0, drop_path_rate=0.0, bn):
+    """The mobile inverted bottleneck (MobileNetV2's block; EfficientNet's MBConv):
+
+    [1x1 expand to mid_channels -> BN -> act] -> depthwise kxk (stride) -> BN -> act -> [SE] ->
+    1x1 linear projection -> BN [-> drop path, + input].
+
+    mid_channels: the expanded width; None for no expansion (the depthwise conv works on the input:
+    MobileNetV2's t=1 block, EfficientNet's depthwise-separable first stage). se_channels: the SE
+    bottleneck width, 0 for none. The identity shortcut exists when the shape is kept (stride 1, as
+    many channels in as out); drop_path_rate is its stochastic depth (training only).
+    Layers: {name}_expand_*, {name}_dw_*, {name}_se_*, {name}_project_*, {name}_drop_path, {name}_add.
+    """
+    shortcut = x
+    if mid_channels is not None:
+        x = conv_bn_act(x, mid_channels, 1, name=f"{name}_expand", activation=activation, bn=bn)
+    x = depthwise_bn_act(x, kernel_size, strides=stride, name=f"{name}_dw", activation=activation, **bn)
+    if se_channels:
+        x = squeeze_excite(x, se_channels, f"{name}_se", activation)
+    x = conv_bn_act(x, out_channels, 1, name=f"{name}_project", activation=None, bn=bn)
+    if stride == 1 and shortcut.shape[-1] == out_channels:
+        if drop_path_rate:
+            x = DropPath(drop_path_rate, name=f"{name}_drop_path")(x)
+        x = layers.Add(name=f"{name}_add")([shortcut, x])
+    return x
 
 
 def classifier_head(x, num_classes, dropout_rate, name="head"):

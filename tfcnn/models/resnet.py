@@ -7,6 +7,8 @@
   `32x4d` means 32 groups of width 4 in the first stage (width doubles per stage).
 - SE-ResNeXt (Hu et al., https://arxiv.org/abs/1709.01507): ResNeXt with a squeeze-and-excitation
   gate (reduction 16) on each block's output before the residual add.
+- Wide ResNet-50-2 (Zagoruyko & Komodakis, https://arxiv.org/abs/1605.07146, as torchvision defines it):
+  the bottleneck's inner width doubled (width_per_group 128), the outer width unchanged.
 
 Parameter counts equal the torchvision / timm definitions, and their state dicts load (the same
 names in both: `layer3.1.conv2.weight`, SE as `se.fc1` / `se.fc2`). Layer names are hierarchical and
@@ -47,7 +49,7 @@ def bottleneck_block(x, filters, stride, *, name, zero_init_residual, bn, groups
     y = conv_bn(y, width, 3, strides=stride, groups=groups, name=f"{name}_conv2", **bn)
     y = conv_bn(y, 4 * filters, 1, activation=False, zero_gamma=zero_init_residual, name=f"{name}_conv3", **bn)
     if se_reduction:
-        y = squeeze_excite(y, se_reduction, name=f"{name}_se")
+        y = squeeze_excite(y, y.shape[-1] // se_reduction, name=f"{name}_se")
     return _merge(shortcut, y, name)
 
 
@@ -126,7 +128,7 @@ def _register(name, *, depths, block, groups=1, width_per_group=64, se_reduction
                    block=block, groups=groups, width_per_group=width_per_group, se_reduction=se_reduction)
 
 
-# Reference top-1: torchvision's published figures for resnet18/34/101/152 and resnext50;
+# Reference top-1: torchvision's published figures for resnet18/34/101/152, wide_resnet50_2 and resnext50;
 # NVIDIA's 90-epoch results for resnet50, resnext101_32x4d and se_resnext101_32x4d;
 # the original SENet release for se_resnext50_32x4d.
 _register("resnet18", depths=(2, 2, 2, 2), block="basic", top1=69.76, params=11_689_512, gmacs=1.814,
@@ -139,6 +141,8 @@ _register("resnet101", depths=(3, 4, 23, 3), block="bottleneck", top1=77.37, par
           reference="torchvision resnet101")
 _register("resnet152", depths=(3, 8, 36, 3), block="bottleneck", top1=78.31, params=60_192_808, gmacs=11.514,
           reference="torchvision resnet152")
+_register("wide_resnet50_2", depths=(3, 4, 6, 3), block="bottleneck", width_per_group=128, top1=78.468,
+          params=68_883_240, gmacs=11.398, reference="torchvision wide_resnet50_2")
 _register("resnext50_32x4d", depths=(3, 4, 6, 3), block="bottleneck", groups=32, width_per_group=4,
           top1=77.62, params=25_028_904, gmacs=4.23, reference="torchvision resnext50_32x4d")
 _register("resnext101_32x4d", depths=(3, 4, 23, 3), block="bottleneck", groups=32, width_per_group=4,

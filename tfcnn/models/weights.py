@@ -55,6 +55,8 @@ class WeightMap:
     data_config: what the reference's usual weights expect, for a file that does not say.
     adapt: (layer name, tensor suffix, array already in Keras layout) -> array, for layouts that differ
       beyond the per-type transposes (e.g. a dense layer after a flatten of NCHW features).
+    rename: an old key name of the reference's files -> its current name (torchvision's DenseNet files
+      still say `norm.1` for `norm1`), applied to every key read.
     """
 
     module_of: Callable[[str], str | None]
@@ -64,6 +66,19 @@ class WeightMap:
     options: dict = dataclasses.field(default_factory=dict)
     data_config: DataConfig = TORCHVISION_DATA
     adapt: Callable[[str, str, np.ndarray], np.ndarray] | None = None
+    rename: Callable[[str], str] | None = None
+
+
+def flattened_nchw(layer_names, grid: int):
+    """A WeightMap.adapt for dense layers that read flattened grid x grid features: PyTorch flattens them
+    NCHW (kernel row c*H*W + h*W + w), Keras NHWC (row h*W*C + w*C + c), so those kernels' input rows are
+    permuted from CHW to HWC order."""
+    def adapt(layer_name, suffix, value):
+        if layer_name in layer_names and suffix == "weight":
+            channels = value.shape[0] // grid ** 2
+            value = value.reshape(channels, grid, grid, -1).transpose(1, 2, 0, 3).reshape(value.shape)
+        return value
+    return adapt
 
 
 @dataclasses.dataclass
@@ -78,6 +93,7 @@ class Source:
     tensors: dict | None = None  # reference: {name: array}
     checkpoint: str | None = None  # tfcnn: the checkpoint prefix
     model: str | None = None  # tfcnn: the model name it records
+    averaged: bool = False  # tfcnn: load the moving average of the weights it holds (set False for the raw ones)
 
 
 def open_weights(name: str, path: str) -> Source:
@@ -93,6 +109,8 @@ def open_weights(name: str, path: str) -> Source:
         if weight_map is None:
             raise ValueError(f"weights {path}: {name} has no reference weight mapping")
         tensors = read_state_dict(path)
+        if weight_map.rename:
+            tensors = {weight_map.rename(key): value for key, value in tensors.items()}
         classifier = tensors.get(f"{weight_map.classifier}.weight")
         data_config, origin = _reference_data_config(path, weight_map)
         return Source(path, "reference", None if classifier is None else int(classifier.shape[0]),
@@ -106,7 +124,7 @@ def open_weights(name: str, path: str) -> Source:
     else:
         data_config, origin = default_data, f"{name}'s own (the checkpoint records none)"
     return Source(path, "tfcnn", record.num_classes, dict(record.options), data_config, origin,
-                  checkpoint=checkpoint, model=record.model)
+                  checkpoint=checkpoint, model=record.model, averaged=record.averaged)
 
 
 def tfcnn_checkpoint(path: str) -> str:
@@ -282,16 +300,17 @@ def _mismatch_message(name, reference, missing, unexpected, mismatched, limit=6)
 
 
 def load_tfcnn(model, source: Source, head: str = "keep", log=print) -> dict:
-    """A tfcnn checkpoint into `model`: all variables, or with head='new' all but the classifier
-    (restored into a twin with the checkpoint's class count, then copied over)."""
+    """A tfcnn checkpoint into `model`: all variables (their moving average when it holds one and
+    source.averaged), or with head='new' all but the classifier (restored into a twin with the
+    checkpoint's class count, then copied over)."""
     if head == "keep":
-        checkpoints.restore_model(source.checkpoint, model)
+        checkpoints.restore_model(source.checkpoint, model, source.averaged)
         return {"loaded": len(model.weights), "skipped": []}
     from tfcnn.models.registry import create_model
 
     twin = create_model(model.name, num_classes=source.num_classes, input_shape=model.input_shape[1:],
                         **source.options)
-    checkpoints.restore_model(source.checkpoint, twin)
+    checkpoints.restore_model(source.checkpoint, twin, source.averaged)
     kept = [(ours, theirs) for ours, theirs in zip(weighted_layers(model), weighted_layers(twin))
             if ours.name != CLASSIFIER_LAYER]
     for ours, theirs in kept:

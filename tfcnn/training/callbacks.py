@@ -127,13 +127,12 @@ class Checkpointer(tf.keras.callbacks.Callback):
     def __init__(self, trainer, manager, plan: Plan):
         super().__init__()
         self.trainer, self.manager, self.plan = trainer, manager, plan
-        self.moving_stats = [v for v in trainer.model.non_trainable_variables if "moving_" in v.name]
 
     def on_train_batch_end(self, batch, logs=None):
         step = self.plan.start_step + batch + 1
         every = self.plan.config.checkpoint_every
         if (every and step % every == 0) or step % self.plan.steps_per_epoch == 0 or step == self.plan.total_steps:
-            distributed.average_variables(self.moving_stats)
+            self.trainer.average_statistics_over_ranks()
             if not all_finite(self.trainer.model.variables):
                 raise NonFiniteLossError(
                     f"the weights became NaN or infinite by step {step}: stopping without saving them. Lower "

@@ -5,8 +5,8 @@ import dataclasses
 import json
 
 from tfcnn.precision import PRECISIONS
+from tfcnn.training.optimizers import OPTIMIZERS
 
-OPTIMIZERS = ("sgd", "lamb", "adamw")
 SCHEDULES = ("cosine", "step", "poly", "constant")
 ITER_UNITS = ("epoch", "batch")
 IMAGENET_TRAIN_IMAGES = 1_281_167  # what an "epoch" of synthetic data counts
@@ -30,11 +30,13 @@ class TrainConfig:
     lr_decay_epochs: tuple = (30, 60, 80)  # step schedule
     lr_decay_factor: float = 0.1  # step schedule
     poly_power: float = 2.0  # poly schedule
-    momentum: float = 0.875  # SGD momentum; beta_1 for LAMB / AdamW
-    beta_2: float = 0.999  # LAMB / AdamW
+    momentum: float = 0.875  # SGD / RMSprop momentum; beta_1 for LAMB / AdamW
+    beta_2: float = 0.999  # LAMB / AdamW beta_2, RMSprop's rho
+    epsilon: float | None = None  # RMSprop / LAMB / AdamW; None: the optimizer's default
     weight_decay: float = 1 / 32768  # not applied to batch-norm parameters and biases
     label_smoothing: float = 0.1
     grad_compression: bool = False  # fp16 allreduce
+    ema_decay: float = 0.0  # exponential moving average of the weights (0: off); evaluation and export use it
     seed: int | None = None  # initial weights, data order, augmentation; None: drawn once, kept in the log dir
     init_weights: str | None = None  # start from these weights (timm / torchvision file or tfcnn checkpoint)
     log_dir: str | None = None
@@ -65,6 +67,17 @@ RECIPES = {
     "se_resnext101_32x4d_90e": dict(model="se_resnext101_32x4d", batch_size=96, precision="fp16", num_iter=90,
                                     iter_unit="epoch", lr=0.256, lr_schedule="cosine", warmup_epochs=8,
                                     momentum=0.875, weight_decay=1 / 16384, label_smoothing=0.1),
+    # NVIDIA's TF2 EfficientNet v1-B0 (DeepLearningExamples TensorFlow2/Classification/ConvNets:
+    # efficientnet_v1/B0/training/AMP/convergence_8xA100-80G.sh with config/defaults.py and b0_cfg.py):
+    # 500 epochs, batch 1024 per GPU, lr_init 0.005 per 128 images (= 0.01 per 256), cosine after 5 warmup
+    # epochs, RMSprop (rho 0.9, momentum 0.9, epsilon 0.001), L2 5e-6 as a Keras regularizer, i.e. a
+    # gradient of 1e-5 * w (tfcnn's weight_decay is that gradient factor), label smoothing 0.1, EMA 0.9999;
+    # dropout 0.2 and stochastic depth 0.2 are efficientnet_b0's defaults. NVIDIA reports 77.59% top-1
+    # (8x A100, mixed precision). Its AutoAugment policy is not in tfcnn yet.
+    "efficientnet_b0_500e": dict(model="efficientnet_b0", batch_size=1024, precision="fp16", num_iter=500,
+                                 iter_unit="epoch", optimizer="rmsprop", lr=0.01, lr_schedule="cosine",
+                                 warmup_epochs=5, momentum=0.9, beta_2=0.9, epsilon=0.001, weight_decay=1e-5,
+                                 label_smoothing=0.1, ema_decay=0.9999),
 }
 
 
@@ -115,6 +128,10 @@ def validate(config: TrainConfig) -> None:
             raise ValueError(f"--{name} must be >= 0, received: {getattr(config, name)!r}")
     if not 0 <= config.label_smoothing < 1:
         raise ValueError(f"--label_smoothing must be in [0, 1), received: {config.label_smoothing!r}")
+    if not 0 <= config.ema_decay < 1:
+        raise ValueError(f"--ema_decay must be in [0, 1) (0: off), received: {config.ema_decay!r}")
+    if config.epsilon is not None and not config.epsilon > 0:
+        raise ValueError(f"--epsilon must be > 0, received: {config.epsilon!r}")
     if not 0 <= config.momentum < 1 or not 0 <= config.beta_2 < 1:
         raise ValueError(f"--momentum and --beta_2 must be in [0, 1), received: {config.momentum!r}, "
                          f"{config.beta_2!r}")

@@ -11,6 +11,7 @@ same steps, so no rank ever waits on another.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -18,6 +19,7 @@ import tensorflow as tf
 
 from tfcnn import checkpoints, distributed
 from tfcnn.data import pipeline, preprocessing
+from tfcnn.ema import WeightAverage
 from tfcnn.fileio import atomic_write_text
 from tfcnn.metrics import accuracy, count_correct
 from tfcnn.models import create_model
@@ -36,7 +38,7 @@ class ClassifierTrainer(tf.keras.Model):
 
     def __init__(self, model, num_classes, *, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), label_smoothing=0.0,
                  weight_decay=0.0, coupled_l2=False, loss_scale=False, use_xla=False, grad_compression=False,
-                 stop_on_nonfinite=True):
+                 stop_on_nonfinite=True, ema_decay=0.0):
         super().__init__(name="trainer")
         self.model = model
         self.num_classes = num_classes
@@ -53,6 +55,8 @@ class ClassifierTrainer(tf.keras.Model):
         self.top1_metric = tf.keras.metrics.SparseCategoricalAccuracy("top1")
         self._gradients = tf.function(self.compute_gradients, jit_compile=use_xla)
         self.fixed_batch = None
+        self.ema = WeightAverage(model, ema_decay) if ema_decay else None
+        self.moving_stats = [v for v in model.non_trainable_variables if "moving_" in v.name]
 
     def keep_batch_on_device(self, images, labels):
         """Trains on this one batch at every step, held in variables on the compute device (a GPU when
@@ -72,6 +76,17 @@ class ClassifierTrainer(tf.keras.Model):
     def metrics(self):
         return [self.loss_metric, self.top1_metric]
 
+    def average_statistics_over_ranks(self):
+        """Batch-norm moving statistics, and their moving averages, become their mean over ranks (they
+        are the only per-rank state): before a checkpoint, an export or an evaluation. Every rank calls it."""
+        stats = self.moving_stats + (self.ema.averages_of(self.moving_stats) if self.ema else [])
+        distributed.average_variables(stats)
+
+    def inference_weights(self):
+        """A context in which the model holds the weights to evaluate and export: their moving average
+        when training keeps one, else its own."""
+        return self.ema.swapped_in() if self.ema else contextlib.nullcontext()
+
     def compute_gradients(self, images, labels):
         """(loss, logits, gradients of the [scaled] loss) on this rank's batch."""
         with tf.GradientTape() as tape:
@@ -90,6 +105,8 @@ class ClassifierTrainer(tf.keras.Model):
             grads = self.optimizer.get_unscaled_gradients(grads)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         self.step.assign_add(1)
+        if self.ema is not None:
+            self.ema.update(self.step)
         if self.stop_on_nonfinite:
             first_bad = tf.logical_and(self.first_nonfinite_step < 0, tf.logical_not(tf.math.is_finite(loss)))
             self.first_nonfinite_step.assign(tf.where(first_bad, self.step, self.first_nonfinite_step))
@@ -123,20 +140,22 @@ def build_trainer(plan: Plan, log=print):
                      factor=config.lr_decay_factor, power=config.poly_power)
     optimizer, coupled = build_optimizer(config.optimizer, lr, momentum=config.momentum, beta_2=config.beta_2,
                                          weight_decay=config.weight_decay, variables=model.trainable_variables,
-                                         loss_scale=config.precision == "fp16")
+                                         loss_scale=config.precision == "fp16", epsilon=config.epsilon)
     trainer = ClassifierTrainer(model, plan.num_classes, mean=plan.data_config.mean, std=plan.data_config.std,
                                 label_smoothing=config.label_smoothing,
                                 weight_decay=config.weight_decay, coupled_l2=coupled,
                                 loss_scale=config.precision == "fp16", use_xla=config.use_xla,
-                                grad_compression=config.grad_compression, stop_on_nonfinite=config.precision == "fp32")
+                                grad_compression=config.grad_compression, stop_on_nonfinite=config.precision == "fp32",
+                                ema_decay=config.ema_decay)
     trainer.compile(optimizer=optimizer)
     if hasattr(optimizer, "build"):
         optimizer.build(model.trainable_variables)  # create the slots now, so restore and broadcast see them
-    checkpoint = checkpoints.make_checkpoint(model, optimizer=optimizer, step=trainer.step)
+    checkpoint = checkpoints.make_checkpoint(model, optimizer=optimizer, step=trainer.step, ema=trainer.ema)
     if plan.checkpoint:
         checkpoint.restore(plan.checkpoint).assert_existing_objects_matched()
         plan.start_step = int(trainer.step.numpy())
-    distributed.broadcast_variables(model.variables + optimizer_variables(optimizer) + [trainer.step])
+    averages = trainer.ema.averages if trainer.ema else []
+    distributed.broadcast_variables(model.variables + optimizer_variables(optimizer) + [trainer.step] + averages)
     return model, optimizer, trainer, checkpoint, lr
 
 
@@ -182,12 +201,14 @@ def train(config: TrainConfig, callbacks=()) -> dict:
         trainer.fit(dataset, epochs=1, steps_per_epoch=plan.total_steps - plan.start_step,
                     callbacks=own + list(callbacks), verbose=0)
     summary.update(logger.summary())
-    if config.export_dir and chief:
-        from tfcnn.training.export import export_saved_model
+    trainer.average_statistics_over_ranks()  # without a --log_dir no checkpoint did it
+    with trainer.inference_weights():
+        if config.export_dir and chief:
+            from tfcnn.training.export import export_saved_model
 
-        summary["saved_model"] = export_saved_model(model, config.export_dir, config.data_dir)
-    if config.predict and chief:
-        summary["validation"] = predict(trainer, plan)
+            summary["saved_model"] = export_saved_model(model, config.export_dir, config.data_dir)
+        if config.predict and chief:
+            summary["validation"] = predict(trainer, plan)
     if chief:
         summary["checkpoints"] = checkpoints.checkpoint_dir(config.log_dir) if config.log_dir else None
         _print_summary(summary)
