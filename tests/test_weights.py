@@ -114,6 +114,10 @@ def test_inception_auxiliary_head_and_its_padded_pools(tmp_path):
     aux = fixture["auxiliary"]
     full = create_model("inception_v3", weights=path, aux_logits=True, log=quiet)  # 299 px, both heads
     logits, aux_logits = full(weightgen.images(fixture["seed"] + 1, 1, aux["input_size"]), training=False)
+    assert logits.shape == aux_logits.shape == (1, 1000) and aux_logits.dtype == tf.float32
+    assert full.get_layer("conv1a_bn").epsilon == 1e-3
+    with pytest.raises(ValueError, match="aux_logits needs 17x17 mid-level features"):
+        create_model("inception_v3", input_shape=(96, 96, 3), aux_logits=True)
     assert weightgen.relative_error(logits, weightgen.decode(aux["logits"], aux["shape"])) < 1e-4
     assert weightgen.relative_error(aux_logits, weightgen.decode(aux["aux_logits"][0], aux["shape"])) < 1e-4
 
