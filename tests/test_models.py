@@ -169,3 +169,24 @@ def test_bad_arguments_raise_value_error_naming_the_value(kwargs, match):
         create_model(**kwargs)
     with pytest.raises(ValueError, match="unknown model name"):
         model_info("nope")
+
+
+# The families added after ResNet and Inception V3 (which the training tests train throughout).
+NEWER_FAMILIES = ["alexnet", "densenet121", "efficientnet_b0", "googlenet", "inception_resnet_v2", "inception_v4",
+                  "mobilenet_v2", "vgg11", "xception"]
+
+
+@pytest.mark.parametrize("name", NEWER_FAMILIES)
+def test_every_family_trains(name):
+    """A short training run of each newer builder through tfcnn's trainer (synthetic data, small input)."""
+    from tfcnn.training import make_config, train
+
+    weights = []
+    snapshot = lambda logs: weights.append([v.numpy() for v in record.model.model.trainable_variables])  # noqa: E731
+    record = tf.keras.callbacks.LambdaCallback(on_train_begin=snapshot, on_train_end=snapshot)
+    summary = train(make_config(model=name, image_size=max(model_info(name).min_size, 16), batch_size=2, num_iter=2,
+                                iter_unit="batch", num_classes=5, warmup_epochs=0, lr=0.1, display_every=1,
+                                benchmark_warmup_steps=0, seed=1), callbacks=[record])
+    assert np.isfinite(summary["final"]["loss"]) and summary["final"]["step"] == 2
+    moved = [not np.array_equal(a, b) for a, b in zip(*weights)]
+    assert sum(moved) > 0.9 * len(moved), f"{name}: only {sum(moved)} of {len(moved)} variables trained"
