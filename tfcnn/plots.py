@@ -49,7 +49,8 @@ def plot_accuracy_vs_flops(points, output_dir):
                    color="C0" if measured else None, linewidths=1.5)
         ax.annotate(f"{name}{'' if measured else ' (reference)'}", (gmacs, top1), xytext=(6, 6),
                     textcoords="offset points", fontsize=8)
-    ax.set_xlabel("forward GMACs per image")
+    ax.set_xscale("log")  # the zoo spans 0.3 (MobileNetV2) to 20 GMACs (VGG-19)
+    ax.set_xlabel("forward GMACs per image (log scale)")
     ax.set_ylabel("top-1 (%)")
     ax.margins(x=0.15, y=0.12)
     ax.set_title("Accuracy vs compute (bubble area: parameters)", fontsize=11)
@@ -68,19 +69,24 @@ def plot_latency_vs_throughput(benchmark, output_dir):
     rows = [r for r in benchmark["results"] if r.get("status") == "ok"]
     if not rows:
         raise ValueError("the benchmark holds no finished measurement to plot")
-    fig, ax = plt.subplots(figsize=(11, 6), dpi=120)
+    fig, ax = plt.subplots(figsize=(12, 7), dpi=120)
     for index, model in enumerate(dict.fromkeys(r["model"] for r in rows)):
         series = sorted((r for r in rows if r["model"] == model), key=lambda r: r["batch_size"])
         xs, ys = [r["img_per_sec"] for r in series], [r["latency_ms_p50"] for r in series]
-        ax.plot(xs, ys, marker="o", color=f"C{index % 10}", label=model)
+        # 20 colours times 3 marker/line styles: up to 60 models stay distinguishable
+        variant = index // 20 % 3
+        style = dict(color=plt.cm.tab20(index % 20), marker="os^"[variant], linestyle=("-", "--", ":")[variant])
+        ax.plot(xs, ys, label=model, **style)
         for r, x, y in zip(series, xs, ys):
             ax.annotate(str(r["batch_size"]), (x, y), xytext=(4, -10), textcoords="offset points", fontsize=7)
-    ax.set_xlabel("throughput (images/s)")
+    ax.set_xlabel("throughput (images/s, log scale)")
     ax.set_ylabel("latency p50 (ms per batch)")
+    ax.set_xscale("log")
     ax.set_yscale("log")
     mode = f"{benchmark.get('mode', '')}, {benchmark.get('precision', '')}{' + XLA' if benchmark.get('use_xla') else ''}"
     ax.set_title(f"Latency vs throughput over batch sizes ({mode})\n{benchmark.get('device', '')}", fontsize=11)
-    ax.legend(title="model (points: batch size)", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(title="model (points: batch size)", loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
+              ncol=1 + len(ax.get_lines()) // 25)
     ax.grid(alpha=0.3, which="both")
     return _save(fig, output_dir, "latency_vs_throughput")
 
