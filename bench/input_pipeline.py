@@ -7,7 +7,8 @@ Without --data_dir it draws --num_images images of typical ImageNet size (375-50
 temporary directory. The pipelines then read the same train shards in one process
 (tfcnn.data.bench): tfcnn (fused decode-and-crop), decode_only (full decode_jpeg, no augmentation)
 and classic (full decode, then sample_distorted_bounding_box crop, resize), plus tfcnn's image work in
-stages (crop_decode_only, train_image_only) that shows where the time goes. Reports img/s per core.
+stages (crop_decode_only, train_image_only) that shows where the time goes, and tfcnn's pipeline with
+RandAugment 2,9 and AutoAugment on (tfcnn+POLICY). Reports img/s per core.
 """
 import os
 import tempfile

@@ -36,7 +36,12 @@ HELP = {
     "beta_2": "lamb/adamw beta_2; RMSprop's rho",
     "epsilon": "rmsprop/lamb/adamw epsilon (default: the optimizer's own)",
     "weight_decay": "weight decay (kernels only, never batch-norm parameters or biases)",
-    "label_smoothing": "label smoothing",
+    "label_smoothing": "label smoothing (of the mixed targets too)",
+    "augment": "per-image training policy: none, randaugment:N,M (N ops of magnitude M, e.g. randaugment:2,9) or "
+               "autoaugment:imagenet",
+    "mixup": "MixUp: Beta(alpha, alpha) blend of each batch with itself reversed (e.g. 0.2; 0: off)",
+    "cutmix": "CutMix: a box of the reversed batch pasted in, area from Beta(alpha, alpha) (e.g. 1.0; 0: off)",
+    "mix_switch_prob": "with both --mixup and --cutmix: the probability that a batch gets CutMix",
     "grad_compression": "allreduce gradients in fp16",
     "ema_decay": "keep an exponential moving average of the weights with this decay (e.g. 0.9999; 0: off); "
                  "evaluation, --predict, the export and checkpoint-based evaluation use the average",
@@ -51,6 +56,10 @@ HELP = {
     "keep_checkpoints": "keep the last K checkpoints",
     "benchmark_warmup_steps": "steps excluded from the throughput summary",
     "predict": "after training, evaluate on the validation split (rank 0, one GPU)",
+    "elastic": "elastic training under horovodrun --min-np/--max-np/--host-discovery-script (Gloo): survive lost "
+               "workers and take in new ones; each rank keeps --batch_size, the lr follows the global batch",
+    "elastic_commit_every": "with --elastic: steps between in-memory commits of the training state (also at "
+                            "epoch ends); a lost worker costs at most these steps",
     "recipe": "named recipe: " + ", ".join(sorted(RECIPES)),
 }
 FIELDS = [f for f in dataclasses.fields(TrainConfig)]

@@ -30,3 +30,32 @@ def mpi_missing() -> str | None:
 
 
 needs_mpi = pytest.mark.skipif(mpi_missing() is not None, reason=mpi_missing() or "")
+
+
+def other_local_address() -> str | None:
+    """A non-loopback IPv4 address of this machine: with "localhost" a second name Horovod treats as a
+    local host (no ssh), so an elastic job on one machine can lose one "host" and keep the other."""
+    import socket
+
+    import psutil
+
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family == socket.AF_INET and not address.address.startswith("127."):
+                return address.address
+    return None
+
+
+def worker_processes(launcher_pid: int) -> dict:
+    """{(HOROVOD_HOSTNAME, HOROVOD_RANK): psutil.Process} of the Python workers a launcher started."""
+    import psutil
+
+    found = {}
+    for process in psutil.Process(launcher_pid).children(recursive=True):
+        try:
+            environ = process.environ()
+        except (psutil.Error, OSError):
+            continue
+        if "HOROVOD_RANK" in environ and "python" in os.path.basename(process.cmdline()[0]):
+            found[(environ.get("HOROVOD_HOSTNAME"), int(environ["HOROVOD_RANK"]))] = process
+    return found

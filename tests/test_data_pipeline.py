@@ -226,7 +226,7 @@ def test_data_bench_command(shards, tmp_path):
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert set(result["images_per_sec"]) == {"tfcnn", "decode_only", "classic", "crop_decode_only",
-                                             "train_image_only"}
+                                             "train_image_only", "tfcnn+randaugment:2,9", "tfcnn+autoaugment:imagenet"}
     assert all(v > 0 for v in result["images_per_sec"].values())
     assert "tfcnn" in done.stdout and "ratio" in done.stdout
     missing = subprocess.run([sys.executable, "-m", "tfcnn.data.bench", f"--data_dir={tmp_path}"],

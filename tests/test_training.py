@@ -15,7 +15,7 @@ from tfcnn import checkpoints
 from tfcnn.training.optimizers import build_optimizer, decayed_variables
 from tfcnn.training.schedules import WarmupDecay
 
-from launchers import HOROVODRUN_GLOO, MPIEXEC, needs_mpi
+from launchers import HOROVODRUN_GLOO, MPIEXEC, needs_mpi, other_local_address, worker_processes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(REPO, "tests", "scripts", "train_probe.py")
@@ -77,6 +77,10 @@ def test_weight_decay_spares_batch_norm_and_biases(name):
     (dict(lr_decay_epochs=[60, 30]), "--lr_decay_epochs must be increasing"),
     (dict(ema_decay=1.0), r"--ema_decay must be in \[0, 1\) \(0: off\), received: 1.0"),
     (dict(optimizer="adam"), "--optimizer must be one of sgd, rmsprop, lamb, adamw, received: 'adam'"),
+    (dict(augment="bogus"), "--augment must be none, randaugment:N,M or autoaugment:imagenet, received: 'bogus'"),
+    (dict(augment="randaugment:0,9"), r"--augment randaugment:N,M needs N an integer in \[1, 10\]"),
+    (dict(mixup=-0.2), r"--mixup \(the Beta distribution's alpha; 0: off\) must be a number >= 0, received: -0.2"),
+    (dict(cutmix=-1.0), r"--cutmix .* must be a number >= 0, received: -1.0"),
 ])
 def test_bad_config_is_rejected_naming_flag_and_value(overrides, match):
     with pytest.raises(ValueError, match=match):
@@ -85,8 +89,20 @@ def test_bad_config_is_rejected_naming_flag_and_value(overrides, match):
 
 def test_unknown_recipe_lists_valid_ones():
     with pytest.raises(ValueError, match="unknown --recipe 'rn50'; valid recipes: efficientnet_b0_500e, "
-                                         "inception_v3_90e, resnet50_90e"):
+                                         "inception_v3_90e, resnet50_250e, resnet50_90e, .*_90e$"):
         make_config("rn50")
+
+
+def test_the_250_epoch_and_efficientnet_recipes():
+    config = make_config("resnet50_250e")
+    assert (config.num_iter, config.warmup_epochs, config.mixup, config.label_smoothing) == (250, 8, 0.2, 0.1)
+    assert (config.lr, config.momentum, config.weight_decay, config.batch_size) == (0.256, 0.875, 1 / 32768, 256)
+    for name in ("resnext101_32x4d_250e", "se_resnext101_32x4d_250e"):
+        config = make_config(name)
+        assert (config.batch_size, config.weight_decay, config.mixup, config.num_iter) == (128, 1 / 16384, 0.2, 250)
+    config = make_config("efficientnet_b0_500e")
+    assert (config.optimizer, config.beta_2, config.epsilon, config.ema_decay) == ("rmsprop", 0.9, 0.001, 0.9999)
+    assert (config.augment, config.lr, config.batch_size, config.num_iter) == ("autoaugment:imagenet", 0.01, 1024, 500)
 
 
 def test_recipe_values_and_flag_overrides():
@@ -268,8 +284,10 @@ def test_nan_loss_in_fp32_stops_with_the_step(stripes, tmp_path):
 
 @pytest.mark.slow
 def test_resume_after_interruption_matches_uninterrupted_run(stripes, tmp_path):
-    """Interrupted right after the epoch-1 checkpoint, then rerun: same final step and weights."""
-    config = dict(TINY, data_dir=stripes, batch_size=16, num_iter=2, seed=3, checkpoint_every=0, display_every=100)
+    """Interrupted right after the epoch-1 checkpoint, then rerun: same final step and weights, with
+    RandAugment, MixUp and CutMix on (their randomness is a function of the seed and the step)."""
+    config = dict(TINY, data_dir=stripes, batch_size=16, num_iter=2, seed=3, checkpoint_every=0, display_every=100,
+                  augment="randaugment:2,9", mixup=0.2, cutmix=1.0)  # their draws resume exactly too
     straight = dict(config, log_dir=str(tmp_path / "a"))
     resumed = dict(config, log_dir=str(tmp_path / "b"))
     run_probe([], straight, tmp_path / "out_a")
@@ -328,6 +346,8 @@ def test_command_line_errors_exit_nonzero_with_the_flag(tmp_path):
     train_py = os.path.join(REPO, "examples", "train.py")
     for flag, message in (("--batch_size=-4", "--batch_size must be a positive integer, received: -4"),
                           ("--iter_unit=step", "--iter_unit must be one of epoch, batch, received: 'step'"),
+                          ("--augment=bogus", "--augment must be none, randaugment:N,M or autoaugment:imagenet"),
+                          ("--mixup=-1", "--mixup (the Beta distribution's alpha; 0: off) must be a number >= 0"),
                           (f"--data_dir={tmp_path}", "no train shards in --data_dir")):
         done = subprocess.run([sys.executable, train_py, flag], capture_output=True, text=True, timeout=120)
         assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
@@ -394,3 +414,77 @@ def test_fp16_overflow_on_one_rank_skips_the_step_on_all(stripes, tmp_path):
         assert rank["digests"][3] != rank["digests"][2]  # later steps train again
     for key in (k for k in r0.files if k.startswith("w")):
         np.testing.assert_array_equal(r0[key], r1[key], err_msg=key)
+
+
+def _wait_for(condition, what, timeout=240):
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.2)
+
+
+def _logged_steps(log_dir):
+    path = log_dir / "metrics.jsonl"
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_a_run_at_once_and_leaves_its_checkpoints(stripes, tmp_path):
+    """Not elastic: a rank killed mid-run (as by the OOM killer or a lost machine) stops the whole job with
+    a non-zero exit that names the rank, in seconds rather than at a collective timeout."""
+    args = [os.path.join(REPO, "examples", "train.py"), "--model=resnet18", f"--data_dir={stripes}", "--image_size=32",
+            "--batch_size=8", "--num_iter=1000", "--checkpoint_every=4", "--display_every=4", "--warmup_epochs=0",
+            f"--log_dir={tmp_path}"]
+    output = tmp_path / "job.log"  # a file, not a pipe: nothing blocks however much the job prints
+    job = subprocess.Popen(HOROVODRUN_GLOO + [sys.executable] + args, stdout=output.open("w"),
+                           stderr=subprocess.STDOUT, cwd=REPO)
+    _wait_for(lambda: checkpoints.latest_checkpoint(str(tmp_path)), "a first checkpoint")
+    _wait_for(lambda: len(worker_processes(job.pid)) == 2, "both workers")
+    victim = next(p for (host, rank), p in worker_processes(job.pid).items() if rank == 1)
+    victim.send_signal(signal.SIGKILL)
+    job.wait(timeout=60)  # the bound README's "Many machines" gives
+    out = output.read_text()
+    assert job.returncode != 0
+    assert "Process 1 exit with status code 137" in out, out[-2000:]
+    latest = checkpoints.latest_checkpoint(str(tmp_path))
+    record = checkpoints.describe(latest)  # complete and readable: written before the index pointed at it
+    assert record.model == "resnet18" and record.step > 0
+
+
+@pytest.mark.slow
+def test_an_elastic_run_survives_a_killed_worker_and_takes_it_back(stripes, tmp_path):
+    """horovodrun --min-np 1 --max-np 2: a worker killed with SIGKILL; the survivor rolls back to the last
+    commit and goes on alone; the discovery script offers the host again (after the blacklist cooldown),
+    a new worker joins and receives the state; the run ends at its planned length with exit 0."""
+    other = other_local_address()
+    if other is None:
+        pytest.skip("no non-loopback IPv4 address: an elastic job on one machine needs a second host name")
+    discovery = tmp_path / "hosts.sh"
+    discovery.write_text(f"#!/bin/sh\necho localhost:1\necho {other}:1\n")
+    discovery.chmod(0o755)
+    log_dir = tmp_path / "run"
+    launcher = [HOROVODRUN_GLOO[0], "-np", "2", "--min-np", "1", "--max-np", "2", "--network-interface", "lo",
+                "--host-discovery-script", str(discovery), "--blacklist-cooldown-range", "1", "2"]
+    args = [os.path.join(REPO, "examples", "train.py"), "--elastic", "--model=resnet18", f"--data_dir={stripes}",
+            "--image_size=32", "--batch_size=8", "--num_iter=12", "--elastic_commit_every=4", "--display_every=4",
+            "--warmup_epochs=0", "--seed=1", f"--log_dir={log_dir}"]
+    output = tmp_path / "job.log"
+    job = subprocess.Popen(launcher + [sys.executable] + args, stdout=output.open("w"), stderr=subprocess.STDOUT,
+                           cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    _wait_for(lambda: max(_logged_steps(log_dir), default=0) >= 12, "step 12")
+    victim = next(p for (host, rank), p in worker_processes(job.pid).items() if host == other)
+    victim.send_signal(signal.SIGKILL)
+    job.wait(timeout=400)
+    out = output.read_text()
+    assert job.returncode == 0, out[-3000:]
+    assert "world size 2 -> 1: resuming at step" in out and "world size 1 -> 2: resuming at step" in out, out[-3000:]
+    steps = _logged_steps(log_dir)
+    total = 12 * 192  # images; 16 per step with two workers, 8 with one
+    assert steps == sorted(set(steps)) and steps[0] == 4 and max(steps) >= 12  # before the kill ...
+    final = checkpoints.latest_checkpoint(str(log_dir))  # ... and after, to the end
+    reader = tf.train.load_checkpoint(final)
+    assert reader.get_tensor("images_seen/.ATTRIBUTES/VARIABLE_VALUE") >= total
+    assert int(final.rsplit("-", 1)[1]) == steps[-1] > total // 16
+    for name in reader.get_variable_to_shape_map():
+        if name.startswith("model/") and "OPTIMIZER" not in name:
+            assert np.all(np.isfinite(reader.get_tensor(name))), name

@@ -21,6 +21,17 @@ _LAUNCHER_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX
 _hvd = None  # horovod.tensorflow, once init() found a launcher
 
 
+def is_elastic() -> bool:
+    """True under `horovodrun --min-np/--max-np/--host-discovery-script`, whose workers may come and go."""
+    return os.environ.get("HOROVOD_ELASTIC") == "1"
+
+
+def _collective() -> bool:
+    """Whether collectives must be issued: with more than one rank, and always in an elastic run, whose
+    compiled steps must keep their allreduces when it shrinks to one worker and grows back."""
+    return _hvd is not None and (_hvd.size() > 1 or is_elastic())
+
+
 def launched_size() -> int:
     """World size announced by a launcher's environment, 1 when none is there."""
     for var in _LAUNCHER_SIZE_VARS:
@@ -82,7 +93,7 @@ def average_gradients(grads, compression: bool = False):
     compression: send fp16 over the wire (halves traffic; scaled fp16-training gradients that overflow
     become inf on every rank alike, and the loss-scale optimizer then skips that step everywhere).
     """
-    if size() == 1:
+    if not _collective():
         return list(grads)
     dense = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
     codec = _hvd.Compression.fp16 if compression else _hvd.Compression.none
@@ -91,25 +102,71 @@ def average_gradients(grads, compression: bool = False):
 
 def broadcast_variables(variables, root_rank: int = 0) -> None:
     """Overwrites `variables` on every rank with the root rank's values."""
-    if size() > 1 and variables:
+    if _collective() and variables:
         _hvd.broadcast_variables(list(variables), root_rank=root_rank)
 
 
 def allreduce(value, average: bool = True, name: str | None = None):
     """Mean (or sum) of a tensor over ranks; the identity in a single process."""
-    if size() == 1:
+    if not _collective():
         return tf.convert_to_tensor(value)
     return _hvd.allreduce(tf.convert_to_tensor(value), op=_hvd.Average if average else _hvd.Sum, name=name)
 
 
 def average_variables(variables) -> None:
     """Replaces each variable by its mean over ranks (e.g. batch-norm moving statistics)."""
-    if size() > 1:
+    if _collective() and variables:
         for variable, mean in zip(variables, _hvd.grouped_allreduce(list(variables), op=_hvd.Average)):
             variable.assign(mean)
 
 
 def broadcast_object(obj, root_rank: int = 0):
     """A picklable Python object from the root rank, on every rank."""
-    return _hvd.broadcast_object(obj, root_rank=root_rank) if size() > 1 else obj
+    return _hvd.broadcast_object(obj, root_rank=root_rank) if _collective() else obj
+
+
+def run_elastic(run_once, variables, log=print):
+    """Runs `run_once(commit)` under Horovod's elastic driver until it returns; returns its result.
+
+    `commit()`, called by run_once at the same steps on every rank, copies `variables` (weights,
+    optimizer slots, step, ...) aside in memory and raises when the driver has added or removed
+    workers. When a worker is lost, a collective fails on the survivors: they put the last committed
+    values back. After either event the ranks re-form (Horovod shuts down and starts again with the
+    new set of workers), rank 0's values are broadcast to every rank (newcomers included) and
+    run_once runs again, reading the new size() and rank().
+    """
+    from horovod.common.elastic import State, run_fn
+    from horovod.common.exceptions import HorovodInternalError
+
+    class VariablesState(State):
+        def __init__(self):
+            super().__init__(bcast_object=_hvd.broadcast_object, get_rank=_hvd.rank)
+            self.save()
+
+        def save(self):
+            self.saved = [tf.identity(v) for v in variables]
+
+        def restore(self):
+            for variable, value in zip(variables, self.saved):
+                variable.assign(value)
+
+        def sync(self):
+            _hvd.broadcast_variables(variables, root_rank=0)
+            self.save()
+
+    def attempt(state):
+        try:
+            return run_once(state.commit)
+        except tf.errors.OpError as error:  # a collective failed: a peer is gone
+            if "Horovod" not in str(error) and "gloo" not in str(error).lower():
+                raise
+            log(f"tfcnn: rank {rank()}: a collective failed ({str(error).strip().splitlines()[0][:200]}); "
+                f"rolling back to the last commit")
+            raise HorovodInternalError(error) from error
+
+    def reset():
+        _hvd.shutdown()
+        _hvd.init()
+
+    return run_fn(attempt, reset)(VariablesState())
 

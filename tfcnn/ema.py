@@ -44,6 +44,11 @@ class WeightAverage(tf.Module):
         for average, weight in zip(self.averages, self.weights):
             average.assign_sub((1.0 - decay) * (average - tf.cast(weight, tf.float32)))
 
+    def reset(self) -> None:
+        """Starts the averages at the model's current weights."""
+        for average, weight in zip(self.averages, self.weights):
+            average.assign(tf.cast(weight, tf.float32))
+
     def averages_of(self, variables) -> list:
         """The averages of some of the model's variables (e.g. its batch-norm statistics)."""
         index = {w.ref(): i for i, w in enumerate(self.weights)}

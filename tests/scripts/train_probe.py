@@ -51,11 +51,11 @@ class Recorder(tf.keras.callbacks.Callback):
 def inject_inf(rank, step):
     original = ClassifierTrainer.compute_gradients
 
-    def compute_gradients(self, images, labels):
-        loss, logits, grads = original(self, images, labels)
+    def compute_gradients(self, *args):
+        loss, logits, grads, labels = original(self, *args)
         hit = tf.logical_and(tf.equal(self.step + 1, step), tf.equal(distributed.rank(), rank))
         grads = [tf.where(hit, tf.fill(tf.shape(g), tf.constant(np.inf, g.dtype)), g) for g in grads]
-        return loss, logits, grads
+        return loss, logits, grads, labels
 
     ClassifierTrainer.compute_gradients = compute_gradients
 

@@ -12,6 +12,8 @@ Pipelines (all read the same train shards with the same tf.data parallelism):
   shuffling, seeding or label checks): the fused decode of the sampled crop alone (only its shape leaves
   the map), then also the resize, rounding and flip batched as uint8. Between them and decode_only they
   show what the fused crop saves, what the resize costs, and what the training stream's bookkeeping costs.
+- tfcnn+POLICY: the training pipeline with an image policy on (`--augment`: randaugment:2,9 and
+  autoaugment:imagenet by default): what RandAugment / AutoAugment cost per core.
 Prints images/s (and per core) and each ratio against tfcnn; `--output FILE` writes the figures as JSON.
 """
 from __future__ import annotations
@@ -82,18 +84,25 @@ def images_per_second(dataset, batch_size, images, warmup_batches=3):
     return batches * batch_size / (time.perf_counter() - start)
 
 
+POLICIES = ("randaugment:2,9", "autoaugment:imagenet")
+
+
 def run(data_dir, batch_size=64, image_size=224, images=3000, mean=(123.68, 116.78, 103.94),
-        std=(58.395, 57.12, 57.375), repeats=3) -> dict:
+        std=(58.395, 57.12, 57.375), repeats=3, policies=POLICIES) -> dict:
     """Each pipeline is timed `repeats` times, in rotating order, and its mean counts: a shared machine
     drifts by several percent from one measurement to the next."""
     files = pipeline.list_shards(data_dir, "train")
+    def tfcnn(augment="none"):
+        return lambda: pipeline.build_dataset(data_dir, "train", batch_size, image_size, augment=augment,
+                                              num_classes=pipeline.num_classes_of(data_dir), deterministic=False)
+
     datasets = {
-        "tfcnn": lambda: pipeline.build_dataset(data_dir, "train", batch_size, image_size,
-                                                num_classes=pipeline.num_classes_of(data_dir), deterministic=False),
+        "tfcnn": tfcnn(),
         "decode_only": lambda: decode_only_dataset(files, batch_size),
         "classic": lambda: classic_dataset(files, batch_size, image_size, mean, std),
         "crop_decode_only": lambda: stage_dataset(files, batch_size, image_size, "crop_decode"),
         "train_image_only": lambda: stage_dataset(files, batch_size, image_size, "train_image"),
+        **{f"tfcnn+{policy}": tfcnn(policy) for policy in policies},
     }
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     rates = {name: [] for name in datasets}
@@ -116,17 +125,21 @@ def main(argv=None):
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--images", type=int, default=3000, help="images timed per pipeline, after warmup")
     parser.add_argument("--repeats", type=int, default=3, help="timings per pipeline (their mean counts)")
+    parser.add_argument("--policies", default=",".join(POLICIES),
+                        help="image policies to time on top of tfcnn's pipeline, comma-separated ('' for none)")
     parser.add_argument("--output", help="write the figures as JSON here")
     args = parser.parse_args(argv)
     try:
-        result = run(args.data_dir, args.batch_size, args.image_size, args.images, repeats=args.repeats)
-    except pipeline.DataError as error:
+        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+        result = run(args.data_dir, args.batch_size, args.image_size, args.images, repeats=args.repeats,
+                     policies=policies)
+    except (pipeline.DataError, ValueError) as error:
         sys.exit(f"tfcnn.data.bench: error: {error}")
-    print(f"{'pipeline':<18}{'img/s':>10}{'img/s/core':>12}{'tfcnn ratio':>13}   ({result['cores']} cores, "
+    print(f"{'pipeline':<30}{'img/s':>10}{'img/s/core':>12}{'tfcnn ratio':>13}   ({result['cores']} cores, "
           f"batch {args.batch_size}, {args.image_size} px)")
     for name, rate in result["images_per_sec"].items():
         ratio = result["ratio_tfcnn_vs"].get(name)
-        print(f"{name:<18}{rate:>10.1f}{result['images_per_sec_per_core'][name]:>12.1f}"
+        print(f"{name:<30}{rate:>10.1f}{result['images_per_sec_per_core'][name]:>12.1f}"
               f"{(f'{ratio:.2f}x' if ratio else '-'):>13}")
     if args.output:
         with open(args.output, "w") as f:

@@ -18,6 +18,7 @@ import os
 
 import tensorflow as tf
 
+from tfcnn.data import augment as augment_ops
 from tfcnn.data import preprocessing, records
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -69,7 +70,7 @@ def num_classes_of(data_dir: str | None, default: int = 1000) -> int:
 def build_dataset(data_dir: str | None, split: str, batch_size: int, image_size: int, *, num_classes: int = 1000,
                   num_shards: int = 1, shard_index: int = 0, seed: int = 0, start_step: int = 0,
                   crop_fraction: float = 0.875, interpolation: str = "bilinear", area_range=(0.08, 1.0),
-                  aspect_range=(3 / 4, 4 / 3),
+                  aspect_range=(3 / 4, 4 / 3), augment="none",
                   shuffle_buffer: int = 10_000, synthetic: bool = False, deterministic: bool = True):
     """A dataset of (images uint8 [batch, size, size, 3] RGB, labels int32 [batch]).
 
@@ -78,9 +79,12 @@ def build_dataset(data_dir: str | None, split: str, batch_size: int, image_size:
     bilinear or bicubic, antialiased), the last batch may be smaller.
     data_dir None or synthetic=True: random images generated once and repeated (benchmarks).
     num_shards / shard_index: the Horovod size / rank; each rank reads a disjoint set of files.
+    augment: a training image policy (tfcnn.data.augment: none, randaugment:N,M, autoaugment:imagenet),
+    applied after the crop and flip, seeded by the element; validation never augments.
     """
     _check_args(batch_size, image_size, num_classes, start_step, area_range, aspect_range, crop_fraction,
                 interpolation)
+    policy = augment_ops.parse_policy(augment)
     if synthetic or data_dir is None:
         return synthetic_dataset(batch_size, image_size, num_classes, seed)
     files = shard_files(list_shards(data_dir, split), num_shards, shard_index)
@@ -98,7 +102,7 @@ def build_dataset(data_dir: str | None, split: str, batch_size: int, image_size:
             features = records.parse_example(serialized)
             image = preprocessing.train_image(features["encoded"], features["boxes"], element_seed, image_size,
                                               area_range, aspect_range)
-            return image, features["label"], features["filename"]
+            return augment_ops.apply_policy(image, policy, element_seed), features["label"], features["filename"]
 
         ds = ds.map(transform, num_parallel_calls=AUTOTUNE).batch(batch_size, drop_remainder=True)
     else:

@@ -29,9 +29,10 @@ class RunLogger(tf.keras.callbacks.Callback):
 
     _supports_tf_logs = True  # keep Keras from converting the logs to numpy (a device sync) every step
 
-    def __init__(self, trainer, optimizer, lr, plan: Plan):
+    def __init__(self, trainer, optimizer, lr_at, plan: Plan):
+        """lr_at(step): the learning rate the optimizer applied at that step."""
         super().__init__()
-        self.trainer, self.optimizer, self.lr, self.plan = trainer, optimizer, lr, plan
+        self.trainer, self.optimizer, self.lr_at, self.plan = trainer, optimizer, lr_at, plan
         self.chief = distributed.is_chief()
         log_dir = plan.config.log_dir if self.chief else None
         self.metrics_path = os.path.join(log_dir, METRICS_FILE) if log_dir else None
@@ -71,8 +72,8 @@ class RunLogger(tf.keras.callbacks.Callback):
         now = time.perf_counter()
         rate = (step - self.mark_step) * self.plan.global_batch / max(now - self.mark_time, 1e-9)
         self.mark_step, self.mark_time = step, now
-        record = {"step": step, "epoch": round(step / self.plan.steps_per_epoch, 4), "loss": float(loss),
-                  "top1": float(top1), "lr": float(self.lr(step - 1)), "img_per_sec": rate}
+        record = {"step": step, "epoch": round(self.plan.epoch_at(step), 4), "loss": float(loss),
+                  "top1": float(top1), "lr": float(self.lr_at(step)), "img_per_sec": rate}
         if self.plan.config.precision == "fp16":
             record["loss_scale"] = float(self.optimizer.loss_scale)
         self.last = record
@@ -131,7 +132,7 @@ class Checkpointer(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         step = self.plan.start_step + batch + 1
         every = self.plan.config.checkpoint_every
-        if (every and step % every == 0) or step % self.plan.steps_per_epoch == 0 or step == self.plan.total_steps:
+        if (every and step % every == 0) or self.plan.ends_epoch(step) or step == self.plan.total_steps:
             self.trainer.average_statistics_over_ranks()
             if not all_finite(self.trainer.model.variables):
                 raise NonFiniteLossError(

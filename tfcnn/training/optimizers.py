@@ -2,14 +2,15 @@
 
 SGD and RMSprop use coupled L2 decay as NVIDIA's recipes do: `weight_decay / 2 * ||w||^2` joins the
 loss, so its gradient `weight_decay * w` goes through momentum and through loss scaling like every
-other term. AdamW and LAMB use their own decoupled decay, with 1-D variables excluded.
+other term. AdamW and LAMB use their own decoupled decay, with 1-D variables excluded. LAMB is tfcnn's
+own (tfcnn/training/lamb.py, equal to tensorflow-addons' to float tolerance, tested): tensorflow-addons
+does not import on TensorFlow >= 2.16, and one implementation on every TensorFlow keeps runs comparable.
 """
 from __future__ import annotations
 
-import re
-import warnings
-
 import tensorflow as tf
+
+from tfcnn.training.lamb import LAMB
 
 
 def decayed_variables(variables):
@@ -48,25 +49,14 @@ def build_optimizer(name, learning_rate, *, momentum=0.9, beta_2=0.999, weight_d
         optimizer.exclude_from_weight_decay(var_list=no_decay)
         coupled = False
     elif name == "lamb":
-        with warnings.catch_warnings():  # tfa warns on import that it is in maintenance mode; LAMB is fine
-            warnings.simplefilter("ignore", UserWarning)
-            import tensorflow_addons as tfa
-
-        names = [_escape(v.name) for v in no_decay]
-        optimizer = tfa.optimizers.LAMB(learning_rate, beta_1=momentum, beta_2=beta_2, epsilon=epsilon,
-                                        weight_decay=weight_decay, exclude_from_weight_decay=names,
-                                        exclude_from_layer_adaptation=names)
+        optimizer = LAMB(learning_rate, beta_1=momentum, beta_2=beta_2, epsilon=epsilon, weight_decay=weight_decay,
+                         exclude_from_weight_decay=no_decay)
         coupled = False
     else:
         raise ValueError(f"unknown optimizer {name!r}; valid optimizers: {', '.join(OPTIMIZERS)}")
     if loss_scale:
         optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
     return optimizer, coupled
-
-
-def _escape(variable_name):
-    """A regular expression matching exactly this variable (tfa searches its names, ':0' included)."""
-    return "^" + re.escape(variable_name.split(":")[0]) + r"(:\d+)?$"
 
 
 def optimizer_variables(optimizer):

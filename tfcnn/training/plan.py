@@ -33,6 +33,9 @@ class Plan:
     checkpoint: str | None = None  # the checkpoint to resume from
     init: object = None  # weights.Source to start from (on rank 0; None on the others and when resuming)
     init_classes: int | None = None  # the class count of the initial weights' classifier
+    # Progress in images, which is what epochs are: an elastic run changes global_batch with the world size.
+    epoch_images: int = 0  # images per epoch (steps_per_epoch x global_batch; an elastic run: the records)
+    start_images: int = 0  # images trained on before start_step
 
     @property
     def num_classes(self) -> int:
@@ -41,6 +44,16 @@ class Plan:
     @property
     def image_size(self) -> int:
         return self.config.image_size
+
+    def images_at(self, step: int) -> int:
+        """Images trained on after `step` (of this plan's global batch since start_step)."""
+        return self.start_images + (step - self.start_step) * self.global_batch
+
+    def epoch_at(self, step: int) -> float:
+        return self.images_at(step) / self.epoch_images
+
+    def ends_epoch(self, step: int) -> bool:
+        return self.images_at(step) // self.epoch_images > self.images_at(step - 1) // self.epoch_images
 
 
 def make_plan(config: TrainConfig) -> Plan:
@@ -57,17 +70,22 @@ def make_plan(config: TrainConfig) -> Plan:
     else:
         records = IMAGENET_TRAIN_IMAGES
     steps_per_epoch = records // global_batch
+    if config.elastic and config.iter_unit != "epoch":
+        raise ValueError("--elastic needs --iter_unit epoch: how many images a batch is depends on the world size")
     if steps_per_epoch < 1:
         raise ValueError(f"{records} training images cannot fill one global batch of {global_batch} "
                          f"(--batch_size {config.batch_size} x {distributed.size()} ranks)")
     total = config.num_iter * steps_per_epoch if config.iter_unit == "epoch" else config.num_iter
+    # An elastic run counts epochs in records: the same on every rank whatever the world size.
     plan = Plan(config, global_batch, steps_per_epoch, total, data.replace(input_size=config.image_size), options,
-                checkpoint=checkpoint, init=init, init_classes=init_classes)
+                checkpoint=checkpoint, init=init, init_classes=init_classes,
+                epoch_images=records if config.elastic else steps_per_epoch * global_batch)
     if checkpoint:
         record = checkpoints.check_compatible(checkpoint, config.model, config.num_classes,
                                               f"--log_dir {config.log_dir}")
         plan.start_step = record.step
-        if plan.start_step > total:
+        plan.start_images = record.step * global_batch  # an elastic run restores its own count of images
+        if plan.start_step > total and not config.elastic:
             raise ValueError(
                 f"--num_iter {config.num_iter} --iter_unit {config.iter_unit} ({total} steps) is below step "
                 f"{plan.start_step} of the latest checkpoint in --log_dir {config.log_dir}: that run already "
@@ -85,7 +103,9 @@ def _starting_weights(config: TrainConfig, checkpoint: str | None):
     if not config.init_weights:
         return {}, info.data_config, None, None
     init = None
-    if distributed.is_chief():
+    # Rank 0 reads the file and tells the others. An elastic run issues no collective before its first
+    # sync (a worker joining later could not match it): every rank reads the file's metadata itself.
+    if distributed.is_chief() or config.elastic:
         from tfcnn.models.weights import open_weights
 
         try:
@@ -95,7 +115,7 @@ def _starting_weights(config: TrainConfig, checkpoint: str | None):
             meta = (None, None, None, f"--init_weights: {error}")
     else:
         meta = None
-    options, data, classes, error = distributed.broadcast_object(meta)
+    options, data, classes, error = meta if config.elastic else distributed.broadcast_object(meta)
     if error:
         raise ValueError(error)
     return options, DataConfig.from_dict(data), init, classes
@@ -108,8 +128,10 @@ def _resolve(config: TrainConfig, weights_input_size: int) -> TrainConfig:
     previous = previous_config(config.log_dir)
     seed = config.seed if config.seed is not None else (previous or {}).get("seed")
     if seed is None:
-        # From the OS, not `random`: an earlier run in this process may have seeded `random`.
-        seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") >> 1)
+        # From the OS, not `random`: an earlier run in this process may have seeded `random`. (An elastic
+        # run keeps its own draw: its state sync hands rank 0's to every rank.)
+        seed = int.from_bytes(os.urandom(4), "little") >> 1
+        seed = seed if config.elastic else distributed.broadcast_object(seed)
     if previous:
         for key, now in (("model", config.model), ("num_classes", num_classes), ("image_size", image_size),
                          ("batch_size", config.batch_size)):

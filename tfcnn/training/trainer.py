@@ -26,6 +26,7 @@ from tfcnn.models import create_model
 from tfcnn.models.weights import load_weights
 from tfcnn.precision import hardware_notes, set_policy
 from tfcnn.training.callbacks import METRICS_FILE, Checkpointer, NonFiniteLossError, RunLogger
+from tfcnn.training import mixing
 from tfcnn.training.config import TrainConfig
 from tfcnn.training.optimizers import build_optimizer, decayed_variables, l2_penalty, optimizer_variables
 from tfcnn.training.plan import CONFIG_FILE, Plan, make_plan
@@ -38,7 +39,7 @@ class ClassifierTrainer(tf.keras.Model):
 
     def __init__(self, model, num_classes, *, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), label_smoothing=0.0,
                  weight_decay=0.0, coupled_l2=False, loss_scale=False, use_xla=False, grad_compression=False,
-                 stop_on_nonfinite=True, ema_decay=0.0):
+                 stop_on_nonfinite=True, ema_decay=0.0, mixup=0.0, cutmix=0.0, mix_switch_prob=0.5, mix_seed=0):
         super().__init__(name="trainer")
         self.model = model
         self.num_classes = num_classes
@@ -57,6 +58,9 @@ class ClassifierTrainer(tf.keras.Model):
         self.fixed_batch = None
         self.ema = WeightAverage(model, ema_decay) if ema_decay else None
         self.moving_stats = [v for v in model.non_trainable_variables if "moving_" in v.name]
+        mixing.check_args(mixup, cutmix, mix_switch_prob)
+        self.mixing = (mixup, cutmix, mix_switch_prob) if mixup or cutmix else None
+        self.mix_seed = int(mix_seed)
 
     def keep_batch_on_device(self, images, labels):
         """Trains on this one batch at every step, held in variables on the compute device (a GPU when
@@ -87,19 +91,29 @@ class ClassifierTrainer(tf.keras.Model):
         when training keeps one, else its own."""
         return self.ema.swapped_in() if self.ema else contextlib.nullcontext()
 
-    def compute_gradients(self, images, labels):
-        """(loss, logits, gradients of the [scaled] loss) on this rank's batch."""
+    def compute_gradients(self, images, labels, mix=None):
+        """(loss, logits, gradients of the [scaled] loss, the labels top-1 counts) on this rank's batch.
+        mix: a mixing.Mix drawn for the batch (MixUp / CutMix on the normalized images and their
+        targets, which label smoothing then softens as usual), or None."""
         with tf.GradientTape() as tape:
-            logits = self.model(self.normalize(images), training=True)
-            loss = self.loss_fn(tf.one_hot(labels, self.num_classes), logits)
+            images, targets = self.normalize(images), tf.one_hot(labels, self.num_classes)
+            if mix is not None:
+                images, targets, _ = mixing.apply_mix(images, targets, mix)
+                labels = mixing.dominant_labels(targets)  # each mixed image's class of largest weight
+            logits = self.model(images, training=True)
+            loss = self.loss_fn(targets, logits)
             objective = loss + l2_penalty(self.l2_variables, self.weight_decay) if self.l2_variables else loss
             if self.loss_scale:
                 objective = self.optimizer.get_scaled_loss(objective)
-        return loss, logits, tape.gradient(objective, self.model.trainable_variables)
+        return loss, logits, tape.gradient(objective, self.model.trainable_variables), labels
 
     def train_step(self, data):
         images, labels = self.fixed_batch or data
-        loss, logits, grads = self._gradients(images, labels)
+        mix = None
+        if self.mixing:  # drawn outside the (maybe XLA-compiled) gradient function: no XLA Beta sampler
+            seed = tf.stack([tf.constant(self.mix_seed, tf.int64), self.step])  # resumes the same draws
+            mix = mixing.sample_mix(images.shape[1], images.shape[2], *self.mixing, seed)
+        loss, logits, grads, labels = self._gradients(images, labels, mix)
         grads = distributed.average_gradients(grads, self.grad_compression)
         if self.loss_scale:  # unscale the averaged gradients; apply_gradients then checks them for inf/NaN
             grads = self.optimizer.get_unscaled_gradients(grads)
@@ -115,9 +129,24 @@ class ClassifierTrainer(tf.keras.Model):
         return {"loss": self.loss_metric.result(), "top1": self.top1_metric.result()}
 
 
-def build_trainer(plan: Plan, log=print):
+def make_schedule(plan: Plan) -> WarmupDecay:
+    """The run's learning rate by step: --lr per 256 images scaled to the global batch, warmup, decay."""
+    config = plan.config
+    return WarmupDecay(config.lr * plan.global_batch / 256, plan.total_steps,
+                       warmup_steps=round(config.warmup_epochs * plan.steps_per_epoch), kind=config.lr_schedule,
+                       boundaries=[e * plan.steps_per_epoch for e in config.lr_decay_epochs],
+                       factor=config.lr_decay_factor, power=config.poly_power)
+
+
+def build_trainer(plan: Plan, log=print, lr=None, state=None, broadcast=True):
     """Model, optimizer, trainer and checkpoint: restored from the latest checkpoint when there is one,
-    else loaded from the initial weights (on rank 0), then broadcast from rank 0 to every rank."""
+    else loaded from the initial weights (on rank 0), then broadcast from rank 0 to every rank.
+
+    lr: the optimizer's schedule (default make_schedule(plan)). state: more variables to checkpoint,
+    restore and broadcast, by name (restored only from checkpoints that hold them). broadcast: False for
+    an elastic run, whose state sync does it (a collective here could not be matched by the running ranks).
+    """
+    state = dict(state or {})
     config = plan.config
     set_policy(config.precision)
     # The seed fixes the initial weights too (Keras draws unseeded initializers' seeds from Python's
@@ -134,10 +163,7 @@ def build_trainer(plan: Plan, log=print):
         report = load_weights(model, plan.init, head="new" if new_head else "keep", log=log)
         log(f"tfcnn: initial weights from {config.init_weights} ({report['loaded']} tensors; data config: "
             f"{plan.init.data_origin})")
-    lr = WarmupDecay(config.lr * plan.global_batch / 256, plan.total_steps,
-                     warmup_steps=round(config.warmup_epochs * plan.steps_per_epoch), kind=config.lr_schedule,
-                     boundaries=[e * plan.steps_per_epoch for e in config.lr_decay_epochs],
-                     factor=config.lr_decay_factor, power=config.poly_power)
+    lr = lr or make_schedule(plan)
     optimizer, coupled = build_optimizer(config.optimizer, lr, momentum=config.momentum, beta_2=config.beta_2,
                                          weight_decay=config.weight_decay, variables=model.trainable_variables,
                                          loss_scale=config.precision == "fp16", epsilon=config.epsilon)
@@ -146,17 +172,40 @@ def build_trainer(plan: Plan, log=print):
                                 weight_decay=config.weight_decay, coupled_l2=coupled,
                                 loss_scale=config.precision == "fp16", use_xla=config.use_xla,
                                 grad_compression=config.grad_compression, stop_on_nonfinite=config.precision == "fp32",
-                                ema_decay=config.ema_decay)
+                                ema_decay=config.ema_decay, mixup=config.mixup, cutmix=config.cutmix,
+                                mix_switch_prob=config.mix_switch_prob,
+                                mix_seed=config.seed + 7_000_003 * distributed.rank())  # each rank mixes its own way
     trainer.compile(optimizer=optimizer)
     if hasattr(optimizer, "build"):
         optimizer.build(model.trainable_variables)  # create the slots now, so restore and broadcast see them
-    checkpoint = checkpoints.make_checkpoint(model, optimizer=optimizer, step=trainer.step, ema=trainer.ema)
+    checkpoint = checkpoints.make_checkpoint(model, optimizer=optimizer, step=trainer.step, ema=trainer.ema, **state)
     if plan.checkpoint:
-        checkpoint.restore(plan.checkpoint).assert_existing_objects_matched()
+        _restore(plan.checkpoint, trainer, state)
         plan.start_step = int(trainer.step.numpy())
-    averages = trainer.ema.averages if trainer.ema else []
-    distributed.broadcast_variables(model.variables + optimizer_variables(optimizer) + [trainer.step] + averages)
+    if broadcast:
+        distributed.broadcast_variables(training_variables(trainer) + list(state.values()))
     return model, optimizer, trainer, checkpoint, lr
+
+
+def _restore(path, trainer, state):
+    """Everything a checkpoint holds of this run's state: model, optimizer and step always (it is an
+    error when any is missing); the weight average and the `state` variables when it has them (a run
+    that turns --ema_decay on starts its average at the restored weights)."""
+    reader = tf.train.load_checkpoint(path)
+    present = {name: value for name, value in state.items() if reader.has_tensor(f"{name}/.ATTRIBUTES/VARIABLE_VALUE")}
+    averaged = trainer.ema is not None and checkpoints.describe(path).averaged
+    objects = dict(model=trainer.model, optimizer=trainer.optimizer, step=trainer.step, **present)
+    if averaged:
+        objects["ema"] = trainer.ema
+    tf.train.Checkpoint(**objects).restore(path).expect_partial().assert_existing_objects_matched()
+    if trainer.ema is not None and not averaged:
+        trainer.ema.reset()
+
+
+def training_variables(trainer) -> list:
+    """The state every rank must hold alike: model, optimizer slots, step, weight average."""
+    averages = trainer.ema.averages if trainer.ema else []
+    return trainer.model.variables + optimizer_variables(trainer.optimizer) + [trainer.step] + averages
 
 
 def train(config: TrainConfig, callbacks=()) -> dict:
@@ -170,37 +219,26 @@ def train(config: TrainConfig, callbacks=()) -> dict:
     config = plan.config
     chief = distributed.is_chief()
     log = print if chief else (lambda *_: None)
-    if plan.checkpoint and plan.start_step == plan.total_steps:
+    if plan.checkpoint and plan.start_step == plan.total_steps and not config.elastic:
         log(f"tfcnn: the run in --log_dir {config.log_dir} is already complete at step {plan.start_step} "
             f"of {plan.total_steps}: nothing to do. Pass a larger --num_iter to train it further, or "
             f"another --log_dir to start a new run")
         return {"complete": True, "start_step": plan.start_step, "total_steps": plan.total_steps}
-    model, optimizer, trainer, checkpoint, lr = build_trainer(plan, log)
     if chief and config.log_dir:
         os.makedirs(config.log_dir, exist_ok=True)
         atomic_write_text(os.path.join(config.log_dir, CONFIG_FILE), config.to_json())
     if chief:
         _print_start(plan)
-    summary = {"config": dataclasses.asdict(config), "start_step": plan.start_step, "total_steps": plan.total_steps,
-               "steps_per_epoch": plan.steps_per_epoch, "global_batch": plan.global_batch, "ranks": distributed.size(),
-               "data_config": plan.data_config.to_dict()}
-    logger = RunLogger(trainer, optimizer, lr, plan)
-    dataset = pipeline.build_dataset(
-        config.data_dir, "train", config.batch_size, plan.image_size, num_classes=plan.num_classes,
-        num_shards=distributed.size(), shard_index=distributed.rank(),
-        seed=config.seed + 1_000_003 * distributed.rank(), start_step=plan.start_step)
-    if config.data_dir is None:  # synthetic: the one generated batch stays on the device
-        trainer.keep_batch_on_device(*next(iter(dataset)))
-        dataset = tf.data.Dataset.from_tensors(0).repeat()
-    own = [logger]
-    if config.log_dir:
-        manager = tf.train.CheckpointManager(checkpoint, checkpoints.checkpoint_dir(config.log_dir),
-                                             max_to_keep=config.keep_checkpoints, checkpoint_name="ckpt")
-        own.append(Checkpointer(trainer, manager, plan))
-    with pipeline.corrupt_records_named(config.data_dir, "train", distributed.size(), distributed.rank()):
-        trainer.fit(dataset, epochs=1, steps_per_epoch=plan.total_steps - plan.start_step,
-                    callbacks=own + list(callbacks), verbose=0)
-    summary.update(logger.summary())
+    if config.elastic:
+        from tfcnn.training.elastic import train_elastic
+
+        model, trainer, progress = train_elastic(plan, callbacks, log)
+    else:
+        model, optimizer, trainer, checkpoint, lr = build_trainer(plan, log)
+        progress = fit_segment(trainer, checkpoint, plan, lambda step: lr(step - 1), callbacks=callbacks)
+    summary = {"config": dataclasses.asdict(config), "steps_per_epoch": plan.steps_per_epoch,
+               "global_batch": plan.global_batch, "ranks": distributed.size(),
+               "data_config": plan.data_config.to_dict(), **progress}
     trainer.average_statistics_over_ranks()  # without a --log_dir no checkpoint did it
     with trainer.inference_weights():
         if config.export_dir and chief:
@@ -213,6 +251,30 @@ def train(config: TrainConfig, callbacks=()) -> dict:
         summary["checkpoints"] = checkpoints.checkpoint_dir(config.log_dir) if config.log_dir else None
         _print_summary(summary)
     return summary
+
+
+def fit_segment(trainer, checkpoint, plan: Plan, lr_at, before=(), after=(), callbacks=()) -> dict:
+    """Trains from plan.start_step to plan.total_steps on this rank's share of the data, from the epoch
+    position plan.start_images. Callbacks in order: `before`, progress, checkpoints, `after`, `callbacks`.
+    Returns the progress summary (start and total steps, final metrics, throughput)."""
+    config = plan.config
+    dataset = pipeline.build_dataset(
+        config.data_dir, "train", config.batch_size, plan.image_size, num_classes=plan.num_classes,
+        num_shards=distributed.size(), shard_index=distributed.rank(), augment=config.augment,
+        seed=config.seed + 1_000_003 * distributed.rank(), start_step=plan.start_images // plan.global_batch)
+    if config.data_dir is None:  # synthetic: the one generated batch stays on the device
+        trainer.keep_batch_on_device(*next(iter(dataset)))
+        dataset = tf.data.Dataset.from_tensors(0).repeat()
+    logger = RunLogger(trainer, trainer.optimizer, lr_at, plan)
+    own = [*before, logger]
+    if config.log_dir:
+        manager = tf.train.CheckpointManager(checkpoint, checkpoints.checkpoint_dir(config.log_dir),
+                                             max_to_keep=config.keep_checkpoints, checkpoint_name="ckpt")
+        own.append(Checkpointer(trainer, manager, plan))
+    with pipeline.corrupt_records_named(config.data_dir, "train", distributed.size(), distributed.rank()):
+        trainer.fit(dataset, epochs=1, steps_per_epoch=plan.total_steps - plan.start_step,
+                    callbacks=own + list(after) + list(callbacks), verbose=0)
+    return {"start_step": plan.start_step, "total_steps": plan.total_steps, **logger.summary()}
 
 
 def predict(trainer: ClassifierTrainer, plan: Plan) -> dict:
