@@ -41,6 +41,7 @@ PREFIX = "tfmh"  # every namespace the harness makes is named PREFIX-<owner pid>
 IFACE = "eth1"
 SUBNET = "10.99.0"  # host i gets SUBNET.(i+1)/24
 SSH_PORT = 2222  # each host has its own network namespace, so the port is free in all of them
+SBIN = "/usr/local/sbin:/usr/sbin:/sbin"
 TOOLS = ("ip", "unshare", "nsenter", "mount", "hostname", "sshd", "ssh", "ssh-keygen")
 # The ssh options of the launchers' ssh to the test hosts (mpiexec's plm_rsh_args; the hosts' ssh client
 # config, which horovodrun's ssh reads): the host keys are new on every run, and a prompt must fail, not
@@ -58,6 +59,16 @@ class MultihostError(RuntimeError):
 
 # ------------------------------------------------------------------------------------------ commands
 
+def _which(tool: str) -> str | None:
+    """Also looks in the sbin directories, which a non-login PATH may lack (ip and sshd live there)."""
+    return shutil.which(tool) or shutil.which(tool, path=SBIN)
+
+
+def _tool_env() -> dict:
+    """The environment of the harness' own commands: the caller's, with the sbin directories on PATH."""
+    return dict(os.environ, PATH=os.pathsep.join(filter(None, [os.environ.get("PATH"), SBIN])))
+
+
 def _tail(text: str | bytes | None, lines: int = 15) -> str:
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
@@ -71,7 +82,8 @@ def _sh(*cmd: str, timeout: float = 30, check: bool = True) -> subprocess.Comple
     except subprocess.TimeoutExpired as error:
         raise MultihostError(f"`{' '.join(cmd)}` did not end within {timeout} s") from error
     if check and done.returncode != 0:
-        raise MultihostError(f"`{' '.join(cmd)}` failed (exit {done.returncode}): {_tail(done.stderr) or _tail(done.stdout)}")
+        output = _tail(done.stderr) or _tail(done.stdout)
+        raise MultihostError(f"`{' '.join(cmd)}` failed (exit {done.returncode}): {output}")
     return done
 
 
@@ -108,19 +120,6 @@ def _rest_of_output(process: subprocess.Popen, timeout: float = 10) -> tuple[str
 
 def _text(output) -> str:
     return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
-
-
-SBIN = "/usr/local/sbin:/usr/sbin:/sbin"
-
-
-def _which(tool: str) -> str | None:
-    """Also looks in the sbin directories, which a non-login PATH may lack (ip and sshd live there)."""
-    return shutil.which(tool) or shutil.which(tool, path=SBIN)
-
-
-def _tool_env() -> dict:
-    """The environment of the harness' own commands: the caller's, with the sbin directories on PATH."""
-    return dict(os.environ, PATH=os.pathsep.join(filter(None, [os.environ.get("PATH"), SBIN])))
 
 
 @functools.lru_cache(maxsize=None)
@@ -160,6 +159,7 @@ def _netns_names() -> list[str]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether the process exists (a reused pid keeps a stale namespace until that process ends too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -237,7 +237,8 @@ class Hosts:
 
     def enter(self, host: str, cwd: str = REPO) -> list[str]:
         """The command prefix that runs in `host`'s network, UTS and mount namespaces, in `cwd`."""
-        return [_which("nsenter") or "nsenter", "-t", str(self.hosts[host].anchor.pid), "--net", "--uts", "--mount", f"--wd={cwd}", "--"]
+        return [_which("nsenter") or "nsenter", "-t", str(self.hosts[host].anchor.pid), "--net", "--uts", "--mount",
+                f"--wd={cwd}", "--"]
 
     def run(self, host: str, cmd: list[str], timeout: float, cwd: str = REPO,
             env: dict | None = None) -> subprocess.CompletedProcess:
@@ -328,6 +329,8 @@ class Hosts:
                 if process is not None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         process.wait(timeout=10)  # reaped: killed with its namespace
+                    if process.stdout:
+                        process.stdout.close()
         self.teardown_seconds = time.monotonic() - start
         if errors:
             raise MultihostError("teardown of the test hosts failed: " + "; ".join(errors))
@@ -373,14 +376,14 @@ class Hosts:
         script += 'echo ready && exec sleep infinity'
         cmd = ["ip", "netns", "exec", host.netns, "unshare", "--uts", "--mount", "--propagation", "private",
                "sh", "-c", script]
-        log = open(os.path.join(self.dir, f"anchor-{host.name}.log"), "w")
-        host.anchor = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=_tool_env())
-        log.close()
+        log_path = os.path.join(self.dir, f"anchor-{host.name}.log")
+        with open(log_path, "w") as log:
+            host.anchor = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=_tool_env())
         ready, _, _ = select.select([host.anchor.stdout], [], [], timeout)
         line = host.anchor.stdout.readline() if ready else ""
         if line.strip() != "ready":
             raise MultihostError(f"`{' '.join(cmd)}` did not make host {host.name} (exit {host.anchor.poll()}): "
-                                 f"{_tail(open(log.name).read())}")
+                                 f"{_tail(open(log_path).read())}")
 
     def _start_sshd(self, host: Host, timeout: float = 30) -> None:
         """sshd in the host's namespaces, root by the test key only. Its sessions' PATH has the venv and
@@ -392,17 +395,18 @@ class Hosts:
                        PermitRootLogin="prohibit-password", PubkeyAuthentication="yes", PasswordAuthentication="no",
                        KbdInteractiveAuthentication="no", StrictModes="no", UsePAM="no",
                        SetEnv="PATH=" + ":".join(dict.fromkeys(path)))
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # its privilege-separation directory, as its init script makes
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # its privilege-separation directory (its service makes it)
         cmd = [*self.enter(host.name, "/"), _which("sshd"), "-D", "-e", "-f", "/dev/null", "-p", str(self.ssh_port),
-               "-h", os.path.join(self.dir, "ssh_host_ed25519_key"), *(a for k, v in options.items() for a in ("-o", f"{k}={v}"))]
+               "-h", os.path.join(self.dir, "ssh_host_ed25519_key")]
+        cmd += [arg for key, value in options.items() for arg in ("-o", f"{key}={value}")]
         log_path = os.path.join(self.dir, f"sshd-{host.name}.log")
         with open(log_path, "w") as log:
             host.sshd = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while "Server listening" not in open(log_path).read():
             if host.sshd.poll() is not None or time.monotonic() > deadline:
-                raise MultihostError(f"sshd of {host.name} did not start (`{' '.join(cmd)}`, exit {host.sshd.poll()}): "
-                                     f"{_tail(open(log_path).read())}")
+                raise MultihostError(f"sshd of {host.name} did not start (`{' '.join(cmd)}`, exit "
+                                     f"{host.sshd.poll()}): {_tail(open(log_path).read())}")
             time.sleep(0.05)
 
     def _check_ssh(self) -> None:

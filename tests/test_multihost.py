@@ -30,11 +30,17 @@ def skip_unless_possible(launcher):
         pytest.skip(missing)
 
 
-def launch(hosts, launcher, config, out_dir):
-    """Starts the probe from hosta with `launcher`, as a user on that host would; returns its stdout."""
+def start(hosts, launcher, config, out_dir, timeout=240):
+    """Runs the probe from hosta with `launcher`, as a user on that host would."""
     prefix = hosts.horovodrun() if launcher == "horovodrun-gloo" else hosts.mpiexec()
-    done = hosts.run("hosta", prefix + [sys.executable, PROBE, json.dumps(config), str(out_dir)], timeout=300)
-    assert done.returncode == 0, f"{launcher} failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return hosts.run("hosta", prefix + [sys.executable, PROBE, json.dumps(config), str(out_dir)], timeout=timeout)
+
+
+def launch(hosts, launcher, config, out_dir):
+    """start(), which must succeed; returns its stdout."""
+    done = start(hosts, launcher, config, out_dir)
+    assert done.returncode == 0, (f"{launcher} failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n"
+                                  f"{done.stderr[-3000:]}")
     return done.stdout
 
 
@@ -90,3 +96,17 @@ def test_two_hosts_train_one_model(stripes, tmp_path, launcher):
     assert events and all(".hosta." in name for name in events), events
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [2, 4]
+
+
+@pytest.mark.parametrize("launcher", ["horovodrun-gloo", "mpiexec"])
+def test_an_unreachable_host_fails_the_launch_at_once(stripes, tmp_path, launcher):
+    """hostb's sshd is down: the launcher says which host it could not reach and ends, nothing trains."""
+    skip_unless_possible(launcher)
+    config = dict(CONFIG, data_dir=stripes, log_dir=str(tmp_path / "run"))
+    with two_hosts(tmp_path / "hosts") as hosts:
+        hosts.stop_sshd("hostb")
+        done = start(hosts, launcher, config, tmp_path / "out", timeout=60)
+    assert done.returncode != 0
+    assert "ssh: connect to host hostb port 2222: Connection refused" in done.stdout + done.stderr
+    assert done.seconds < 30
+    assert not (tmp_path / "run").exists() and not (tmp_path / "out").exists()

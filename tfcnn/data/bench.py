@@ -125,14 +125,13 @@ def main(argv=None):
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--images", type=int, default=3000, help="images timed per pipeline, after warmup")
     parser.add_argument("--repeats", type=int, default=3, help="timings per pipeline (their mean counts)")
-    parser.add_argument("--policies", default=",".join(POLICIES),
-                        help="image policies to time on top of tfcnn's pipeline, comma-separated ('' for none)")
+    parser.add_argument("--policies", nargs="*", default=list(POLICIES),
+                        help="image policies to time on top of tfcnn's pipeline (none: give the flag alone)")
     parser.add_argument("--output", help="write the figures as JSON here")
     args = parser.parse_args(argv)
     try:
-        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
         result = run(args.data_dir, args.batch_size, args.image_size, args.images, repeats=args.repeats,
-                     policies=policies)
+                     policies=args.policies)
     except (pipeline.DataError, ValueError) as error:
         sys.exit(f"tfcnn.data.bench: error: {error}")
     print(f"{'pipeline':<30}{'img/s':>10}{'img/s/core':>12}{'tfcnn ratio':>13}   ({result['cores']} cores, "
