@@ -1,15 +1,37 @@
 # tfcnn: one-command setup, tests, demo and benchmarks.
-#   make install   create .venv (python3.11), install TensorFlow, build Horovod against it, install tfcnn
+#   make install   create .venv, install TensorFlow, build Horovod against it, install tfcnn
 #   make test      install if needed, then run the test suite
 #   make demo      install if needed, then generate, convert, train, evaluate and export end to end
+# Two lanes (TF=2.15 | TF=2.17, README "Install"): 2.15 is the default on Python 3.10/3.11, 2.17 on 3.12
+# and wherever asked for (make install TF=2.17); each lane has its own venv.
 SHELL := /bin/bash
-PYTHON ?= python3.11
-VENV ?= .venv
+PYTHON ?= $(shell command -v python3.11 >/dev/null && echo python3.11 || \
+                  { command -v python3.12 >/dev/null && echo python3.12; } || echo python3.11)
+PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+TF ?= $(if $(filter 3.12,$(PY_VERSION)),2.17,2.15)
+ifeq ($(TF),2.15)
+  # The newest TensorFlow Horovod 0.28.1 builds against unpatched, with tensorflow-addons and Keras 2 built in.
+  TF_VERSION := 2.15.1
+  LANE_PYTHONS := 3.9 3.10 3.11
+  LANE_PACKAGES := tensorflow-addons==0.23.0
+  VENV ?= .venv
+else ifeq ($(TF),2.17)
+  # Keras 2 is tf_keras there, switched on by TF_USE_LEGACY_KERAS=1 (tfcnn-env.pth below); no tensorflow-addons.
+  TF_VERSION := 2.17.1
+  LANE_PYTHONS := 3.9 3.10 3.11 3.12
+  LANE_PACKAGES := tf_keras~=2.17.0
+  VENV ?= .venv-tf2.17
+else
+  $(error TF must be 2.15 or 2.17, received: $(TF))
+endif
+OTHER_TF := $(if $(filter 2.15,$(TF)),2.17,2.15)
+WRONG_PYTHON := tfcnn: TensorFlow $(TF) has no wheels for Python $(PY_VERSION) ($(PYTHON)); it supports Python \
+  $(LANE_PYTHONS). Use the other lane (make install TF=$(OTHER_TF)) or another Python (PYTHON=python3.11)
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 STAMP := $(VENV)/.tfcnn-installed
-TF_VERSION := 2.15.1
 HOROVOD_VERSION := 0.28.1
+TESTS ?= tests
 PYTEST_ARGS ?=
 # Test processes: most tests are single-threaded Python (model building, process start-up), so two
 # workers per machine roughly halve the suite's time; more than 4 would mostly add memory.
@@ -28,14 +50,16 @@ install: $(STAMP)
 
 # The stamp depends on what decides the install; a second `make install` only prints the build check.
 $(STAMP): setup.py Makefile
-	@command -v $(PYTHON) >/dev/null || { echo "tfcnn: $(PYTHON) not found: install Python 3.11 (e.g. 'apt-get install python3.11 python3.11-venv python3.11-dev' or 'pyenv install 3.11')"; exit 1; }
+	@test -n "$(PY_VERSION)" || { echo "tfcnn: $(PYTHON) not found or does not run: install Python 3.11 (e.g. 'apt-get install python3.11 python3.11-venv python3.11-dev' or 'pyenv install 3.11'), or name one with PYTHON=..."; exit 1; }
+	@# Refused before anything is downloaded: a lane the Python cannot install.
+	@case " $(LANE_PYTHONS) " in *" $(PY_VERSION) "*) ;; *) echo "$(WRONG_PYTHON)"; exit 1;; esac
 	@command -v g++ >/dev/null || { echo "tfcnn: no C++ compiler (g++) found, needed to build Horovod: install it (e.g. 'apt-get install g++')"; exit 1; }
 	@command -v cmake >/dev/null || { echo "tfcnn: cmake not found, needed to build Horovod: install it (e.g. 'apt-get install cmake' or 'pip install cmake')"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade "pip>=23" "setuptools>=65,<70" wheel
 	@# TensorFlow first: Horovod compiles against the installed TF. tensorflow[and-cuda] only where a GPU is present.
 	@if [ "$(HAS_GPU)" = 1 ]; then tf="tensorflow[and-cuda]==$(TF_VERSION)"; else tf="tensorflow-cpu==$(TF_VERSION)"; fi; \
-	 echo "tfcnn: installing $$tf"; $(PIP) install "$$tf" "numpy>=1.26,<1.27"
+	 echo "tfcnn: installing $$tf $(LANE_PACKAGES)"; $(PIP) install "$$tf" $(LANE_PACKAGES) "numpy>=1.26,<2"
 	@# Horovod from source; Gloo always, MPI when mpicxx exists, NCCL when a GPU exists. A build that lacks a
 	@# controller this machine now has (e.g. a cached wheel built before OpenMPI was installed) is rebuilt.
 	@want_mpi=$$(command -v mpicxx >/dev/null && echo 1 || echo 0); \
@@ -51,14 +75,15 @@ $(STAMP): setup.py Makefile
 	     $(PIP) cache remove horovod >/dev/null 2>&1; $$build; } || exit 1; \
 	 fi
 	$(PIP) install -e ".[dev]"
-	@# Every Python of the venv (horovodrun's own build check loads TensorFlow too) starts with TensorFlow's
-	@# C++ INFO lines off, unless the user set TF_CPP_MIN_LOG_LEVEL.
-	@echo 'import os; os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")' > \
-	  "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tfcnn-env.pth"
+	@# Every Python of the venv, also those horovodrun and mpiexec start (and horovodrun's own build check,
+	@# which loads TensorFlow), starts with TensorFlow's C++ INFO lines off and Keras 2 (TF 2.17: tf_keras;
+	@# TF 2.15 ignores the switch), unless the user set either variable.
+	@echo 'import os; os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1"); os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")' \
+	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tfcnn-env.pth"
 	@touch $(STAMP)
 
 test: install
-	$(VENV)/bin/python -m pytest tests -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest $(TESTS) -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 demo: install
 	VENV_BIN=$(VENV)/bin examples/demo.sh
@@ -73,4 +98,4 @@ bench: install
 	$(PY) bench/memory.py --output $(BENCH_RESULTS)/memory.json
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf .venv .venv-tf2.17 build *.egg-info .pytest_cache

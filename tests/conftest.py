@@ -16,6 +16,8 @@ def mixed_policy(request):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running, run first (CI still runs them)")
+    config.addinivalue_line("markers", "multihost: trains across network namespaces made by the test (root; skipped "
+                                       "with the reason elsewhere)")
     # Keras' own initializers call random.randint with a float bound (thousands of times per model).
     config.addinivalue_line("filterwarnings", "ignore:non-integer arguments to randrange:DeprecationWarning")
 

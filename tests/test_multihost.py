@@ -107,6 +107,6 @@ def test_an_unreachable_host_fails_the_launch_at_once(stripes, tmp_path, launche
         hosts.stop_sshd("hostb")
         done = start(hosts, launcher, config, tmp_path / "out", timeout=60)
     assert done.returncode != 0
-    assert "ssh: connect to host hostb port 2222: Connection refused" in done.stdout + done.stderr
+    assert f"ssh: connect to host hostb port {hosts.ssh_port}: Connection refused" in done.stdout + done.stderr
     assert done.seconds < 30
     assert not (tmp_path / "run").exists() and not (tmp_path / "out").exists()
