@@ -14,12 +14,15 @@ ifeq ($(TF),2.15)
   TF_VERSION := 2.15.1
   LANE_PYTHONS := 3.9 3.10 3.11
   LANE_PACKAGES := tensorflow-addons==0.23.0
+  LANE_ENV :=
   VENV ?= .venv
 else ifeq ($(TF),2.17)
   # Keras 2 is tf_keras there, switched on by TF_USE_LEGACY_KERAS=1 (tfcnn-env.pth below); no tensorflow-addons.
   TF_VERSION := 2.17.1
   LANE_PYTHONS := 3.9 3.10 3.11 3.12
   LANE_PACKAGES := tf_keras~=2.17.0
+  # Not on 2.15: there the switch makes TensorFlow look for tf_keras, which that lane does not have.
+  LANE_ENV := os.environ.setdefault("TF_USE_LEGACY_KERAS", "1");
   VENV ?= .venv-tf2.17
 else
   $(error TF must be 2.15 or 2.17, received: $(TF))
@@ -46,7 +49,7 @@ install: $(STAMP)
 	@# OpenMPI installed after Horovod was built: build it again, now with MPI.
 	@if command -v mpicxx >/dev/null && ! TF_CPP_MIN_LOG_LEVEL=2 $(PY) -c "import sys, horovod.tensorflow as h; \
 	   sys.exit(0 if h.mpi_built() else 1)" 2>/dev/null; then rm -f $(STAMP); $(MAKE) --no-print-directory $(STAMP); fi
-	@TF_CPP_MIN_LOG_LEVEL=2 $(VENV)/bin/horovodrun --check-build
+	@TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrun --check-build
 
 # The stamp depends on what decides the install; a second `make install` only prints the build check.
 $(STAMP): setup.py Makefile
@@ -60,25 +63,27 @@ $(STAMP): setup.py Makefile
 	@# TensorFlow first: Horovod compiles against the installed TF. tensorflow[and-cuda] only where a GPU is present.
 	@if [ "$(HAS_GPU)" = 1 ]; then tf="tensorflow[and-cuda]==$(TF_VERSION)"; else tf="tensorflow-cpu==$(TF_VERSION)"; fi; \
 	 echo "tfcnn: installing $$tf $(LANE_PACKAGES)"; $(PIP) install "$$tf" $(LANE_PACKAGES) "numpy>=1.26,<2"
-	@# Horovod from source; Gloo always, MPI when mpicxx exists, NCCL when a GPU exists. A build that lacks a
-	@# controller this machine now has (e.g. a cached wheel built before OpenMPI was installed) is rebuilt.
+	@# Horovod from source; Gloo always, MPI when mpicxx exists, NCCL when a GPU exists. Built wheels are cached
+	@# per lane (a wheel fits only the TensorFlow it was built against); one that lacks a controller this
+	@# machine now has (built before OpenMPI was installed) is rebuilt.
 	@want_mpi=$$(command -v mpicxx >/dev/null && echo 1 || echo 0); \
 	 check="import sys, horovod.tensorflow as h; sys.exit(0 if h.gloo_built() and (h.mpi_built() or not $$want_mpi) else 1)"; \
 	 flags="HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1"; \
 	 if [ $$want_mpi = 1 ]; then flags="$$flags HOROVOD_WITH_MPI=1"; else flags="$$flags HOROVOD_WITHOUT_MPI=1"; fi; \
 	 if [ "$(HAS_GPU)" = 1 ]; then flags="$$flags HOROVOD_GPU_OPERATIONS=NCCL"; fi; \
-	 build="env $$flags $(PIP) install --no-build-isolation --force-reinstall --no-deps horovod==$(HOROVOD_VERSION)"; \
+	 cache="$${XDG_CACHE_HOME:-$$HOME/.cache}/tfcnn/pip-tf$(TF)-$(if $(filter 1,$(HAS_GPU)),gpu,cpu)"; \
+	 build="env $$flags $(PIP) install --cache-dir $$cache --no-build-isolation --force-reinstall --no-deps horovod==$(HOROVOD_VERSION)"; \
 	 if $(PY) -c "$$check" 2>/dev/null; then echo "tfcnn: horovod already built"; else \
 	   echo "tfcnn: building horovod $(HOROVOD_VERSION) against TensorFlow ($$flags; about 6 minutes on 2 cores)"; \
 	   $(PIP) install cloudpickle psutil pyyaml packaging cffi && $$build || exit 1; \
-	   $(PY) -c "$$check" || { echo "tfcnn: the cached horovod wheel lacks MPI/Gloo; rebuilding it"; \
-	     $(PIP) cache remove horovod >/dev/null 2>&1; $$build; } || exit 1; \
+	   $(PY) -c "$$check" || { echo "tfcnn: the cached horovod wheel does not fit (built before OpenMPI was installed?); rebuilding it"; \
+	     $(PIP) --cache-dir $$cache cache remove horovod >/dev/null 2>&1; $$build; } || exit 1; \
 	 fi
 	$(PIP) install -e ".[dev]"
 	@# Every Python of the venv, also those horovodrun and mpiexec start (and horovodrun's own build check,
-	@# which loads TensorFlow), starts with TensorFlow's C++ INFO lines off and Keras 2 (TF 2.17: tf_keras;
-	@# TF 2.15 ignores the switch), unless the user set either variable.
-	@echo 'import os; os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1"); os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")' \
+	@# which loads TensorFlow), starts with TensorFlow's C++ INFO lines off and, on TF 2.17, with Keras 2
+	@# (tf_keras), unless the user set the variable.
+	@echo 'import os; os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1"); $(LANE_ENV)' \
 	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tfcnn-env.pth"
 	@touch $(STAMP)
 

@@ -190,3 +190,28 @@ def test_every_family_trains(name):
     assert np.isfinite(summary["final"]["loss"]) and summary["final"]["step"] == 2
     moved = [not np.array_equal(a, b) for a, b in zip(*weights)]
     assert sum(moved) > 0.9 * len(moved), f"{name}: only {sum(moved)} of {len(moved)} variables trained"
+
+
+def test_keras_3_is_refused_with_the_way_out(monkeypatch):
+    """Under Keras 3 the zoo would build and train silently differently: importing it is refused instead."""
+    from tfcnn.precision import require_keras_2
+
+    require_keras_2()  # the lane this runs on has Keras 2
+    monkeypatch.setattr(tf.keras, "__version__", "3.5.0", raising=False)
+    with pytest.raises(ImportError, match=r"Keras 3\.5\.0.*tf_keras.*TF_USE_LEGACY_KERAS=1.*make install TF=2\.17"):
+        require_keras_2()
+
+
+def test_importing_the_zoo_under_keras_3_names_the_switch():
+    """Where Keras 3 is installed (TF 2.17 lane), turning the legacy switch off fails at import, clearly."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "0"}
+    probe = subprocess.run([sys.executable, "-c", "import tensorflow as tf; print(getattr(tf.keras, '__version__', 2))"],
+                           env=env, capture_output=True, text=True, check=True)
+    if probe.stdout.strip().startswith("2"):
+        pytest.skip("tf.keras is Keras 2 even without TF_USE_LEGACY_KERAS (TF 2.15 lane)")
+    result = subprocess.run([sys.executable, "-c", "import tfcnn.models"], env=env, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "tfcnn needs Keras 2, but tf.keras is Keras 3" in result.stderr

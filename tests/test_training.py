@@ -454,8 +454,9 @@ def test_a_killed_rank_ends_a_run_at_once_and_leaves_its_checkpoints(stripes, tm
 @pytest.mark.slow
 def test_an_elastic_run_survives_a_killed_worker_and_takes_it_back(stripes, tmp_path):
     """horovodrun --min-np 1 --max-np 2: a worker killed with SIGKILL; the survivor rolls back to the last
-    commit and goes on alone; the discovery script offers the host again (after the blacklist cooldown),
-    a new worker joins and receives the state; the run ends at its planned length with exit 0."""
+    commit and goes on alone; the discovery script offers the host again after the blacklist cooldown
+    (10 s: long enough that the survivor re-forms alone first), a new worker joins and receives the
+    state; the run ends at its planned length with exit 0."""
     other = other_local_address()
     if other is None:
         pytest.skip("no non-loopback IPv4 address: an elastic job on one machine needs a second host name")
@@ -464,7 +465,7 @@ def test_an_elastic_run_survives_a_killed_worker_and_takes_it_back(stripes, tmp_
     discovery.chmod(0o755)
     log_dir = tmp_path / "run"
     launcher = [HOROVODRUN_GLOO[0], "-np", "2", "--min-np", "1", "--max-np", "2", "--network-interface", "lo",
-                "--host-discovery-script", str(discovery), "--blacklist-cooldown-range", "1", "2"]
+                "--host-discovery-script", str(discovery), "--blacklist-cooldown-range", "10", "12"]
     args = [os.path.join(REPO, "examples", "train.py"), "--elastic", "--model=resnet18", f"--data_dir={stripes}",
             "--image_size=32", "--batch_size=8", "--num_iter=12", "--elastic_commit_every=4", "--display_every=4",
             "--warmup_epochs=0", "--seed=1", f"--log_dir={log_dir}"]

@@ -14,6 +14,18 @@ COMPUTE_DTYPES = {"fp32": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16}
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
+def require_keras_2() -> None:
+    """Raises unless tf.keras is Keras 2 (TF 2.15's own, or tf_keras on TF >= 2.16). tfcnn is written
+    against Keras 2: under Keras 3 the models would still build, but mixed precision, the optimizers
+    and Horovod's gradient averaging behave differently, so training would silently differ."""
+    version = getattr(tf.keras, "__version__", "2")  # Keras 2's tf.keras has no __version__; Keras 3's has
+    if not version.startswith("2"):
+        raise ImportError(
+            f"tfcnn needs Keras 2, but tf.keras is Keras {version} (TensorFlow {tf.__version__}). Install the "
+            f"tf_keras release matching TensorFlow and set TF_USE_LEGACY_KERAS=1 before Python starts; "
+            f"'make install TF=2.17' does both for its venv")
+
+
 def set_policy(precision: str) -> None:
     """Sets Keras' global dtype policy: models built afterwards compute in that precision."""
     tf.keras.mixed_precision.set_global_policy(POLICIES[precision])

@@ -5,9 +5,13 @@
     info = model_info("inception_v3")                  # input_size=299, crop_fraction=0.875, ...
     pretrained = create_model("resnet50", weights="resnet50-0676ba61.pth")   # timm / torchvision weights
 """
-from tfcnn.models.registry import (DataConfig, ModelInfo, create_model, list_models, model_info, model_overrides,
-                                   register_model)
-from tfcnn.models.weights import load_weights
+from tfcnn.precision import require_keras_2
+
+require_keras_2()
+
+from tfcnn.models.registry import (DataConfig, ModelInfo, create_model, list_models, model_info,  # noqa: E402
+                                   model_overrides, register_model)
+from tfcnn.models.weights import load_weights  # noqa: E402
 
 # Importing a family registers its variants.
 from tfcnn.models import alexnet as _alexnet  # noqa: E402,F401

@@ -79,20 +79,22 @@ class Committer(tf.keras.callbacks.Callback):
 
 def train_elastic(launch: Plan, callbacks=(), log=print):
     """Trains `launch` elastically. Returns (model, trainer, the progress summary of the last segment
-    with `world_sizes`, the sizes it ran at)."""
+    with `world_sizes`, the sizes it ran at). `log` is what rank 0 prints with: which process that is may
+    change at every re-forming."""
     config = launch.config
     images_seen = tf.Variable(launch.start_images, dtype=tf.int64, trainable=False, name="images_seen")
     global_batch = tf.Variable(launch.global_batch, dtype=tf.int64, trainable=False, name="global_batch")
     seed = tf.Variable(config.seed, dtype=tf.int64, trainable=False, name="seed")  # rank 0's, once synced
     schedule = ProgressSchedule(config, launch.epoch_images, images_seen, global_batch)
-    model, _, trainer, checkpoint, _ = build_trainer(launch, log, lr=schedule, state={"images_seen": images_seen},
-                                                     broadcast=False)
+    quiet = lambda *_: None  # noqa: E731
+    model, _, trainer, checkpoint, _ = build_trainer(launch, log if distributed.is_chief() else quiet, lr=schedule,
+                                                     state={"images_seen": images_seen}, broadcast=False)
     total_images = config.num_iter * launch.epoch_images
     sizes = []
 
     def run_once(commit):
         size = distributed.size()
-        say = log if distributed.is_chief() else (lambda *_: None)
+        say = log if distributed.is_chief() else quiet
         global_batch.assign(config.batch_size * size)
         start_images, start_step, batch = int(images_seen.numpy()), int(trainer.step.numpy()), config.batch_size * size
         remaining = math.ceil(max(total_images - start_images, 0) / batch)
@@ -104,7 +106,7 @@ def train_elastic(launch: Plan, callbacks=(), log=print):
             say(f"tfcnn: elastic: {size} worker(s), global batch {batch}, committing every "
                 f"{config.elastic_commit_every} steps and at epoch ends; {total_images} images to train on"
                 + (f", {start_images} done (step {start_step})" if start_images else ""))
-        elif sizes[-1] != size:
+        else:  # after every re-forming, also one that ends at the same size (a worker replaced)
             say(f"tfcnn: elastic: world size {sizes[-1]} -> {size}: resuming at step {start_step} "
                 f"(epoch {plan.epoch_at(start_step):.2f}) with global batch {batch}, "
                 f"lr {schedule.at(start_images, batch):.5f}")

@@ -232,7 +232,8 @@ def train(config: TrainConfig, callbacks=()) -> dict:
     if config.elastic:
         from tfcnn.training.elastic import train_elastic
 
-        model, trainer, progress = train_elastic(plan, callbacks, log)
+        model, trainer, progress = train_elastic(plan, callbacks)
+        chief = distributed.is_chief()  # rank 0 may be another process now
     else:
         model, optimizer, trainer, checkpoint, lr = build_trainer(plan, log)
         progress = fit_segment(trainer, checkpoint, plan, lambda step: lr(step - 1), callbacks=callbacks)
