@@ -39,6 +39,8 @@ PYTEST_ARGS ?=
 # Test processes: most tests are single-threaded Python (model building, process start-up), so two
 # workers per machine roughly halve the suite's time; more than 4 would mostly add memory.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 2 ? 2 : n > 4 ? 4 : n )))
+# An MPI compiler wrapper that runs (not merely one on the PATH) decides whether Horovod gets MPI.
+HAS_MPI := $(shell mpicxx --version >/dev/null 2>&1 && echo 1 || echo 0)
 # An NVIDIA GPU decides between tensorflow-cpu and tensorflow[and-cuda] (with NCCL in Horovod).
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 
@@ -47,7 +49,7 @@ BENCH_RESULTS ?= bench/results
 
 install: $(STAMP)
 	@# OpenMPI installed after Horovod was built: build it again, now with MPI.
-	@if command -v mpicxx >/dev/null && ! TF_CPP_MIN_LOG_LEVEL=2 $(PY) -c "import sys, horovod.tensorflow as h; \
+	@if [ "$(HAS_MPI)" = 1 ] && ! TF_CPP_MIN_LOG_LEVEL=2 $(PY) -c "import sys, horovod.tensorflow as h; \
 	   sys.exit(0 if h.mpi_built() else 1)" 2>/dev/null; then rm -f $(STAMP); $(MAKE) --no-print-directory $(STAMP); fi
 	@TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrun --check-build
 
@@ -66,7 +68,7 @@ $(STAMP): setup.py Makefile
 	@# Horovod from source; Gloo always, MPI when mpicxx exists, NCCL when a GPU exists. Built wheels are cached
 	@# per lane (a wheel fits only the TensorFlow it was built against); one that lacks a controller this
 	@# machine now has (built before OpenMPI was installed) is rebuilt.
-	@want_mpi=$$(command -v mpicxx >/dev/null && echo 1 || echo 0); \
+	@want_mpi=$(HAS_MPI); \
 	 check="import sys, horovod.tensorflow as h; sys.exit(0 if h.gloo_built() and (h.mpi_built() or not $$want_mpi) else 1)"; \
 	 flags="HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1"; \
 	 if [ $$want_mpi = 1 ]; then flags="$$flags HOROVOD_WITH_MPI=1"; else flags="$$flags HOROVOD_WITHOUT_MPI=1"; fi; \
