@@ -241,10 +241,13 @@ def test_trainer_feeds_the_model_normalized_images():
 
 def test_xla_steps_match_the_plain_steps():
     """--use_xla compiles the forward and backward pass (normalization included): two SGD steps must
-    leave the same weights and batch-norm statistics as without XLA."""
+    leave the same weights and batch-norm statistics as without XLA. The initial weights are seeded: from
+    some random draws a ReLU input lies within rounding of zero, and the two compilers' last-bit
+    differences then send one gradient element down different branches (seen once: 1.1e-5 apart)."""
     from tfcnn.models import create_model
     from tfcnn.training.trainer import ClassifierTrainer
 
+    tf.keras.utils.set_random_seed(3)
     images = tf.cast(tf.random.stateless_uniform([4, 32, 32, 3], seed=(5, 6), maxval=256, dtype=tf.int32), tf.uint8)
     labels = tf.constant([0, 1, 2, 1])
     initial = None
