@@ -65,7 +65,7 @@ $(STAMP): setup.py Makefile
 	@# TensorFlow first: Horovod compiles against the installed TF. tensorflow[and-cuda] only where a GPU is present.
 	@if [ "$(HAS_GPU)" = 1 ]; then tf="tensorflow[and-cuda]==$(TF_VERSION)"; else tf="tensorflow-cpu==$(TF_VERSION)"; fi; \
 	 echo "tfcnn: installing $$tf $(LANE_PACKAGES)"; $(PIP) install "$$tf" $(LANE_PACKAGES) "numpy>=1.26,<2"
-	@# Horovod from source; Gloo always, MPI when mpicxx exists, NCCL when a GPU exists. Built wheels are cached
+	@# Horovod from source; Gloo always, MPI when mpicxx runs, NCCL when a GPU exists. Built wheels are cached
 	@# per lane (a wheel fits only the TensorFlow it was built against); one that lacks a controller this
 	@# machine now has (built before OpenMPI was installed) is rebuilt.
 	@want_mpi=$(HAS_MPI); \
