@@ -351,6 +351,7 @@ def test_command_line_errors_exit_nonzero_with_the_flag(tmp_path):
                           ("--iter_unit=step", "--iter_unit must be one of epoch, batch, received: 'step'"),
                           ("--augment=bogus", "--augment must be none, randaugment:N,M or autoaugment:imagenet"),
                           ("--mixup=-1", "--mixup (the Beta distribution's alpha; 0: off) must be a number >= 0"),
+                          ("--elastic", "--elastic needs horovodrun's elastic mode"),
                           (f"--data_dir={tmp_path}", "no train shards in --data_dir")):
         done = subprocess.run([sys.executable, train_py, flag], capture_output=True, text=True, timeout=120)
         assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]

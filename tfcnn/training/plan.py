@@ -70,6 +70,10 @@ def make_plan(config: TrainConfig) -> Plan:
     else:
         records = IMAGENET_TRAIN_IMAGES
     steps_per_epoch = records // global_batch
+    if config.elastic and not distributed.is_elastic():
+        raise ValueError("--elastic needs horovodrun's elastic mode (horovodrun -np N --min-np N --max-np M "
+                         "--host-discovery-script SCRIPT ...; README 'Many machines'); this process was "
+                         "started without it: drop --elastic, or launch it that way")
     if config.elastic and config.iter_unit != "epoch":
         raise ValueError("--elastic needs --iter_unit epoch: how many images a batch is depends on the world size")
     if steps_per_epoch < 1:
