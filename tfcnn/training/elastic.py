@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from tfcnn import distributed
 from tfcnn.training.plan import Plan
-from tfcnn.training.schedules import WarmupDecay
+from tfcnn.training.schedules import config_schedule
 from tfcnn.training.trainer import build_trainer, fit_segment, training_variables
 
 
@@ -36,10 +36,8 @@ class ProgressSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
     def __init__(self, config, epoch_images, images_seen, global_batch):
         super().__init__()
         unit = 256  # the base schedule's "steps" are 256 images
-        self.base = WarmupDecay(config.lr, round(config.num_iter * epoch_images / unit),
-                                warmup_steps=round(config.warmup_epochs * epoch_images / unit),
-                                kind=config.lr_schedule, factor=config.lr_decay_factor, power=config.poly_power,
-                                boundaries=[round(e * epoch_images / unit) for e in config.lr_decay_epochs])
+        self.base = config_schedule(config, config.lr, round(config.num_iter * epoch_images / unit),
+                                    epoch_images / unit)
         self.images_seen, self.global_batch, self.unit = images_seen, global_batch, unit
 
     def __call__(self, step):  # the optimizer's own step count is not what elastic runs go by

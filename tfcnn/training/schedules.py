@@ -43,3 +43,11 @@ class WarmupDecay(tf.keras.optimizers.schedules.LearningRateSchedule):
     def get_config(self):
         return dict(peak_lr=self.peak_lr, total_steps=self.total_steps, warmup_steps=self.warmup_steps,
                     kind=self.kind, boundaries=self.boundaries, factor=self.factor, power=self.power)
+
+
+def config_schedule(config, peak_lr, total_steps, steps_per_epoch) -> WarmupDecay:
+    """A run's --lr_schedule with its warmup and decay epochs, over steps of which an epoch has
+    `steps_per_epoch` (fractional for an elastic run, whose steps are 256-image units)."""
+    return WarmupDecay(peak_lr, total_steps, warmup_steps=round(config.warmup_epochs * steps_per_epoch),
+                       kind=config.lr_schedule, factor=config.lr_decay_factor, power=config.poly_power,
+                       boundaries=[round(e * steps_per_epoch) for e in config.lr_decay_epochs])

@@ -30,7 +30,7 @@ from tfcnn.training import mixing
 from tfcnn.training.config import TrainConfig
 from tfcnn.training.optimizers import build_optimizer, decayed_variables, l2_penalty, optimizer_variables
 from tfcnn.training.plan import CONFIG_FILE, Plan, make_plan
-from tfcnn.training.schedules import WarmupDecay
+from tfcnn.training.schedules import config_schedule
 
 
 class ClassifierTrainer(tf.keras.Model):
@@ -129,20 +129,11 @@ class ClassifierTrainer(tf.keras.Model):
         return {"loss": self.loss_metric.result(), "top1": self.top1_metric.result()}
 
 
-def make_schedule(plan: Plan) -> WarmupDecay:
-    """The run's learning rate by step: --lr per 256 images scaled to the global batch, warmup, decay."""
-    config = plan.config
-    return WarmupDecay(config.lr * plan.global_batch / 256, plan.total_steps,
-                       warmup_steps=round(config.warmup_epochs * plan.steps_per_epoch), kind=config.lr_schedule,
-                       boundaries=[e * plan.steps_per_epoch for e in config.lr_decay_epochs],
-                       factor=config.lr_decay_factor, power=config.poly_power)
-
-
 def build_trainer(plan: Plan, log=print, lr=None, state=None, broadcast=True):
     """Model, optimizer, trainer and checkpoint: restored from the latest checkpoint when there is one,
     else loaded from the initial weights (on rank 0), then broadcast from rank 0 to every rank.
 
-    lr: the optimizer's schedule (default make_schedule(plan)). state: more variables to checkpoint,
+    lr: the optimizer's schedule (default: --lr per 256 images scaled to the global batch, by step). state: more variables to checkpoint,
     restore and broadcast, by name (restored only from checkpoints that hold them). broadcast: False for
     an elastic run, whose state sync does it (a collective here could not be matched by the running ranks).
     """
@@ -163,7 +154,8 @@ def build_trainer(plan: Plan, log=print, lr=None, state=None, broadcast=True):
         report = load_weights(model, plan.init, head="new" if new_head else "keep", log=log)
         log(f"tfcnn: initial weights from {config.init_weights} ({report['loaded']} tensors; data config: "
             f"{plan.init.data_origin})")
-    lr = lr or make_schedule(plan)
+    if lr is None:  # --lr is per 256 images
+        lr = config_schedule(config, config.lr * plan.global_batch / 256, plan.total_steps, plan.steps_per_epoch)
     optimizer, coupled = build_optimizer(config.optimizer, lr, momentum=config.momentum, beta_2=config.beta_2,
                                          weight_decay=config.weight_decay, variables=model.trainable_variables,
                                          loss_scale=config.precision == "fp16", epsilon=config.epsilon)
