@@ -72,11 +72,13 @@ class WeightMap:
 def flattened_nchw(layer_names, grid: int):
     """A WeightMap.adapt for dense layers that read flattened grid x grid features: PyTorch flattens them
     NCHW (kernel row c*H*W + h*W + w), Keras NHWC (row h*W*C + w*C + c), so those kernels' input rows are
-    permuted from CHW to HWC order."""
+    permuted from CHW to HWC order. Permuted from the PyTorch (out, CHW) layout that the transposed kernel
+    views, in one copy: VGG's first classifier kernel alone holds 103 M numbers."""
     def adapt(layer_name, suffix, value):
         if layer_name in layer_names and suffix == "weight":
-            channels = value.shape[0] // grid ** 2
-            value = value.reshape(channels, grid, grid, -1).transpose(1, 2, 0, 3).reshape(value.shape)
+            rows, out = value.shape
+            chw = value.T.reshape(out, rows // grid ** 2, grid, grid)
+            value = chw.transpose(2, 3, 1, 0).reshape(rows, out)
         return value
     return adapt
 
