@@ -72,8 +72,9 @@ class WeightMap:
 def flattened_nchw(layer_names, grid: int):
     """A WeightMap.adapt for dense layers that read flattened grid x grid features: PyTorch flattens them
     NCHW (kernel row c*H*W + h*W + w), Keras NHWC (row h*W*C + w*C + c), so those kernels' input rows are
-    permuted from CHW to HWC order. Permuted from the PyTorch (out, CHW) layout that the transposed kernel
-    views, in one copy: VGG's first classifier kernel alone holds 103 M numbers."""
+    permuted from CHW to HWC order. The kernel arrives as a transposed view of PyTorch's contiguous
+    (out, CHW) array; permuting that array directly takes one copy instead of two (VGG's first classifier
+    kernel holds 103 M numbers)."""
     def adapt(layer_name, suffix, value):
         if layer_name in layer_names and suffix == "weight":
             rows, out = value.shape
