@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import weightgen
-from tfcnn.models import create_model, list_models, model_info, model_overrides
+from tfcnn.models import create_model, list_models, model_info, model_overrides, without_initializers
 from tfcnn.profile import count_macs, count_params
 
 ALL = list_models()
@@ -59,7 +59,8 @@ def small_shape(name):
 
 @pytest.mark.parametrize("name", ALL)
 def test_golden_params_and_gmacs(name):
-    model = create_model(name)  # full input size, 1000 classes
+    with without_initializers():  # counted, never run
+        model = create_model(name)  # full input size, 1000 classes
     info = model_info(name)
     assert model.input_shape == (None, info.input_size, info.input_size, 3)
     assert count_params(model) == GOLDEN_PARAMS[name] == info.params
@@ -113,7 +114,8 @@ def test_reference_weights_gradients_and_config_round_trip(name, tmp_path):
     assert not no_grad, f"variables without gradient: {no_grad[:5]}"
 
     if name in REPRESENTATIVES:
-        clone = tf.keras.Model.from_config(model.get_config())
+        with without_initializers():
+            clone = tf.keras.Model.from_config(model.get_config())
         clone.set_weights(model.get_weights())
         np.testing.assert_array_equal(model(images, training=False).numpy(), clone(images, training=False).numpy())
         assert [w.name for w in clone.weights] == [w.name for w in model.weights]
@@ -146,6 +148,14 @@ def test_resnet_v1_5_strides_groups_and_zero_initialized_residuals():
         assert all(not np.any(layer.gamma.numpy()) for layer in last_bn)  # every block starts as the identity
         other_bn = net.get_layer("stage1_block1_conv1_bn")
         assert np.all(other_bn.gamma.numpy() == 1.0) and other_bn.epsilon == 1e-5
+
+
+def test_without_initializers_leaves_weights_zero_inside_only():
+    with without_initializers():
+        unset = create_model("resnet18", input_shape=(32, 32, 3))
+    assert not any(np.any(w.numpy()) for w in unset.weights)
+    drawn = create_model("resnet18", input_shape=(32, 32, 3))
+    assert np.any(drawn.get_layer("stem_conv").kernel.numpy()) and np.any(drawn.get_layer("head_fc").kernel.numpy())
 
 
 def test_dropout_override_and_none_overrides_are_dropped():

@@ -83,7 +83,7 @@ def test_a_pth_file_without_torch_says_how(tmp_path):
         create_model("resnet18", weights=str(tmp_path / "resnet18-f37072fd.pth"), log=quiet)
 
 
-def test_other_classes_need_a_new_head_which_loads_all_but_the_classifier(resnet18_file):
+def test_other_classes_need_a_new_head_which_loads_all_but_the_classifier(resnet18_file, tmp_path):
     with pytest.raises(ValueError, match=r"the file's classifier has 1000 classes, the model 7: ask for a new head"):
         create_model("resnet18", num_classes=7, weights=resnet18_file, input_shape=(SIZE, SIZE, 3), log=quiet)
     said = []
@@ -91,9 +91,18 @@ def test_other_classes_need_a_new_head_which_loads_all_but_the_classifier(resnet
                          log=said.append)
     assert any("new head: the file's classifier (fc) was not loaded" in line for line in said)
     assert model.get_layer("head_fc").kernel.shape == (512, 7)
+    assert np.any(model.get_layer("head_fc").kernel.numpy())  # drawn from its initializer, not left unset
     np.testing.assert_array_equal(model.get_layer("stem_conv").kernel.numpy(), stem_kernel(resnet18_file))
     with pytest.raises(ValueError, match="head must be one of keep, new, received: 'old'"):
         load_weights(model, resnet18_file, head="old")
+
+    # from a tfcnn checkpoint of that model, a new head again: all but the classifier restored
+    checkpoints.make_checkpoint(model).write(str(tmp_path / "ckpt" / "ckpt-0"))
+    again = create_model("resnet18", num_classes=3, weights=str(tmp_path / "ckpt" / "ckpt-0"), head="new", log=quiet)
+    np.testing.assert_array_equal(again.get_layer("stem_conv").kernel.numpy(), stem_kernel(resnet18_file))
+    np.testing.assert_array_equal(again.get_layer("stage4_block2_conv2_bn").moving_variance.numpy(),
+                                  model.get_layer("stage4_block2_conv2_bn").moving_variance.numpy())
+    assert again.get_layer("head_fc").kernel.shape == (512, 3) and np.any(again.get_layer("head_fc").kernel.numpy())
 
 
 @pytest.mark.slow

@@ -42,10 +42,11 @@ def _all_layers(model):
 
 def profile_model(name: str, image_size: int | None = None, num_classes: int = 1000) -> dict:
     """Params and GMACs of a registered model at `image_size` (default: its own input size)."""
-    from tfcnn.models import create_model, model_info
+    from tfcnn.models import create_model, model_info, without_initializers
 
     size = image_size or model_info(name).input_size
-    model = create_model(name, num_classes=num_classes, input_shape=(size, size, 3))
+    with without_initializers():  # counted, never run
+        model = create_model(name, num_classes=num_classes, input_shape=(size, size, 3))
     try:
         return {"model": name, "image_size": size, "params": count_params(model),
                 "gmacs": count_macs(model) / 1e9}

@@ -10,7 +10,7 @@ from tfcnn.precision import require_keras_2
 require_keras_2()
 
 from tfcnn.models.registry import (DataConfig, ModelInfo, create_model, list_models, model_info,  # noqa: E402
-                                   model_overrides, register_model)
+                                   model_overrides, register_model, without_initializers)
 from tfcnn.models.weights import load_weights  # noqa: E402
 
 # Importing a family registers its variants.
@@ -27,4 +27,4 @@ from tfcnn.models import vgg as _vgg  # noqa: E402,F401
 from tfcnn.models import xception as _xception  # noqa: E402,F401
 
 __all__ = ["DataConfig", "ModelInfo", "create_model", "list_models", "load_weights", "model_info", "model_overrides",
-           "register_model"]
+           "register_model", "without_initializers"]

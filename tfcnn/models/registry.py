@@ -6,6 +6,7 @@ model (e.g. `dropout_rate`) but never redefine the architecture a name stands fo
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import inspect
@@ -16,6 +17,22 @@ import tensorflow as tf
 
 
 INTERPOLATIONS = ("bilinear", "bicubic")
+
+
+@contextlib.contextmanager
+def without_initializers():
+    """Variables created inside start as zeros instead of drawing from their initializers: for a model
+    whose every weight is loaded next, or that is only counted. Drawing initial values is most of a
+    build's time for large weights (VGG-16: 1.1 of 1.2 s; 20 of 60 s for the whole zoo)."""
+    def zeros(next_creator, **kwargs):
+        shape = kwargs.get("shape")
+        if callable(kwargs.get("initial_value")) and shape is not None and shape.is_fully_defined():
+            dtype = kwargs.get("dtype") or tf.float32
+            kwargs["initial_value"] = lambda: tf.zeros(shape, dtype)
+        return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(zeros):
+        yield
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +196,9 @@ def create_model(name: str, num_classes: int | None = None, input_shape=None, *,
         if key not in allowed:
             raise ValueError(
                 f"unknown override for model {name!r}: {key!r}; valid overrides: {', '.join(allowed)}")
-    model = entry.builder(**entry.arch, num_classes=num_classes, input_shape=input_shape, name=name, **options)
+    # Strict loading below sets every weight (or fails): initial values drawn now would be thrown away.
+    with without_initializers() if source and head == "keep" else contextlib.nullcontext():
+        model = entry.builder(**entry.arch, num_classes=num_classes, input_shape=input_shape, name=name, **options)
     height, width, _ = input_shape
     model.data_config = data.replace(input_size=height) if height == width else data
     model.build_options = types.MappingProxyType(options)  # read-only, and not tracked by Keras

@@ -278,6 +278,8 @@ def load_reference(model, tensors: dict, weight_map: WeightMap, head: str = "kee
     unexpected = [k for k in leftover if k not in skipped_aux and k not in skipped_head]
     if missing or unexpected or mismatched:
         raise ValueError(_mismatch_message(model.name, weight_map.reference, missing, unexpected, mismatched))
+    if head == "keep" and len(assignments) != len(model.weights):  # create_model left them unset: see there
+        raise ValueError(f"{model.name}: the loading rules set {len(assignments)} of its {len(model.weights)} weights")
     for variable, value in assignments:
         variable.assign(value)
     if skipped_aux:
@@ -309,10 +311,11 @@ def load_tfcnn(model, source: Source, head: str = "keep", log=print) -> dict:
     if head == "keep":
         checkpoints.restore_model(source.checkpoint, model, source.averaged)
         return {"loaded": len(model.weights), "skipped": []}
-    from tfcnn.models.registry import create_model
+    from tfcnn.models.registry import create_model, without_initializers
 
-    twin = create_model(model.name, num_classes=source.num_classes, input_shape=model.input_shape[1:],
-                        **source.options)
+    with without_initializers():  # every weight of the twin is restored next
+        twin = create_model(model.name, num_classes=source.num_classes, input_shape=model.input_shape[1:],
+                            **source.options)
     checkpoints.restore_model(source.checkpoint, twin, source.averaged)
     kept = [(ours, theirs) for ours, theirs in zip(weighted_layers(model), weighted_layers(twin))
             if ours.name != CLASSIFIER_LAYER]
