@@ -13,7 +13,7 @@ import sys
 
 from absl import app, flags, logging
 
-from tfcnn.training import RECIPES, NonFiniteLossError, TrainConfig, make_config, train
+from tfcnn.training import RECIPES, TrainConfig, make_config  # no TensorFlow yet: bad flags fail at once
 
 HELP = {
     "model": "model name (python -m tfcnn.models lists them)",
@@ -87,7 +87,13 @@ def main(argv):
     try:
         if "lr_decay_epochs" in values:
             values["lr_decay_epochs"] = [int(e) for e in values["lr_decay_epochs"]]
-        train(make_config(recipe, **values))
+        config = make_config(recipe, **values)
+    except ValueError as error:
+        sys.exit(f"train.py: error: {error}")
+    from tfcnn.training import NonFiniteLossError, train  # loads TensorFlow
+
+    try:
+        train(config)
     except NonFiniteLossError as error:
         sys.exit(f"train.py: {error}")
     except (ValueError, RuntimeError) as error:

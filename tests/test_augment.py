@@ -8,7 +8,8 @@ import tensorflow as tf
 from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 
 from tfcnn.data import augment
-from tfcnn.data.augment import Policy, apply_op, apply_policy, parse_policy
+from tfcnn.data.augment import apply_op, apply_policy
+from tfcnn.options import Policy, parse_policy
 
 SEED = tf.constant([11, 5], tf.int64)
 RANDOM_OPS = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY", "Cutout")

@@ -30,7 +30,8 @@ from tfcnn.data.pipeline import synthetic_dataset
 from tfcnn.data.preprocessing import normalize_batch
 from tfcnn.models import create_model, list_models, model_info
 from tfcnn.models.weights import open_weights
-from tfcnn.precision import COMPUTE_DTYPES, PRECISIONS, cpu_flags, hardware_notes, set_policy
+from tfcnn.options import PRECISIONS
+from tfcnn.precision import COMPUTE_DTYPES, cpu_flags, hardware_notes, set_policy
 
 PERCENTILES = (50, 90, 95, 99)
 CSV_FIELDS = ["model", "mode", "precision", "use_xla", "image_size", "batch_size", "ranks", "status",

@@ -21,7 +21,8 @@ import sys
 import tensorflow as tf
 
 from tfcnn.metrics import accuracy, count_correct
-from tfcnn.precision import COMPUTE_DTYPES, PRECISIONS, hardware_notes, set_policy
+from tfcnn.options import PRECISIONS
+from tfcnn.precision import COMPUTE_DTYPES, hardware_notes, set_policy
 
 
 def load_predictor(args, log=print):

@@ -7,7 +7,6 @@ import os
 
 import tensorflow as tf
 
-PRECISIONS = ("fp32", "fp16", "bf16")
 POLICIES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
 COMPUTE_DTYPES = {"fp32": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16}
 # CPU extensions with native bfloat16 arithmetic, which oneDNN uses for bf16 convolutions.

@@ -5,7 +5,7 @@ uint8 [H, W, 3] in, uint8 of the same shape out, TensorFlow image ops only: they
 stateless, seeded by the element's [2] seed: a given (seed, image) always gives the same output,
 whatever the parallelism, so a resumed run sees exactly the images an uninterrupted run sees.
 
-Policies (the `--augment` flag, see `parse_policy`):
+Policies (the `--augment` flag, parsed by `tfcnn.options.parse_policy`):
 - `none`.
 - `randaugment:N,M` (Cubuk et al. 2020): N ops per image, each drawn uniformly from RANDAUGMENT_OPS
   (the TPU / Model Garden RandAugment list: 16 ops, and Identity for the reference's "no op" draw),
@@ -50,71 +50,17 @@ the dearest ops are Equalize, Rotate, Shear (1-1.5 ms), Sharpness (1 ms).
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import tensorflow as tf
 
+from tfcnn.options import POLICY_ERROR, parse_policy
+
 FILL = 128  # gray: what geometric ops and Cutout leave where there is no image (the references' replace value)
 MAX_LEVEL = 10.0  # the level the magnitude mappings are written for
-MAX_MAGNITUDE = 30.0
-MAX_OPS = 10
 TRANSLATE_FRACTION = 0.45  # of the side, at level 10
 CUTOUT_FRACTION = 40 / 224  # half side of the Cutout square at level 10, of the shorter side
 SEED_SALT = 0x61756720  # folded into the element seed, so the policy's draws differ from the crop's and flip's
-
-POLICY_ERROR = "--augment must be none, randaugment:N,M or autoaugment:imagenet"
-
-
-@dataclasses.dataclass(frozen=True)
-class Policy:
-    """A parsed `--augment`: kind 'none', 'randaugment' (num_ops N, magnitude M) or 'autoaugment'
-    (name 'imagenet')."""
-    kind: str = "none"
-    num_ops: int = 0
-    magnitude: float = 0.0
-    name: str = ""
-
-    def __str__(self):
-        if self.kind == "randaugment":
-            return f"randaugment:{self.num_ops},{self.magnitude:g}"
-        if self.kind == "autoaugment":
-            return f"autoaugment:{self.name}"
-        return "none"
-
-
-def parse_policy(text: str) -> Policy:
-    """The `--augment` flag's value -> Policy. Accepted: none, randaugment:N,M (N an integer in [1, 10],
-    M a number in [0, 30]), autoaugment:imagenet. Case and surrounding spaces do not matter."""
-    normalized = str(text).strip().lower()
-    kind, _, args = normalized.partition(":")
-    if normalized == "none":
-        return Policy()
-    if kind == "autoaugment" and args == "imagenet":
-        return Policy("autoaugment", name="imagenet")
-    if kind == "autoaugment":
-        raise ValueError(f"--augment autoaugment has only the imagenet policy (autoaugment:imagenet), "
-                         f"received: {text!r}")
-    if kind != "randaugment":
-        raise ValueError(f"{POLICY_ERROR}, received: {text!r}")
-    parts = args.split(",")
-    if len(parts) != 2:
-        raise ValueError(f"--augment randaugment takes N,M (N ops per image, magnitude M; e.g. randaugment:2,9), "
-                         f"received: {text!r}")
-    try:
-        num_ops = int(parts[0])
-    except ValueError:
-        num_ops = None
-    if num_ops is None or not 1 <= num_ops <= MAX_OPS:
-        raise ValueError(f"--augment randaugment:N,M needs N an integer in [1, {MAX_OPS}], received: {text!r}")
-    try:
-        magnitude = float(parts[1])
-    except ValueError:
-        magnitude = float("nan")
-    if not 0 <= magnitude <= MAX_MAGNITUDE:  # also rejects nan
-        raise ValueError(f"--augment randaugment:N,M needs M a number in [0, {MAX_MAGNITUDE:g}], received: {text!r}")
-    return Policy("randaugment", num_ops=num_ops, magnitude=magnitude)
-
 
 def apply_policy(image, policy, seed):
     """The policy's augmentation of one uint8 [H, W, 3] image, seeded by an int32/int64 [2] seed (the

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from tfcnn.data import augment as augment_ops
 from tfcnn.data import preprocessing, records
+from tfcnn.options import parse_policy
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -84,7 +85,7 @@ def build_dataset(data_dir: str | None, split: str, batch_size: int, image_size:
     """
     _check_args(batch_size, image_size, num_classes, start_step, area_range, aspect_range, crop_fraction,
                 interpolation)
-    policy = augment_ops.parse_policy(augment)
+    policy = parse_policy(augment)
     if synthetic or data_dir is None:
         return synthetic_dataset(batch_size, image_size, num_classes, seed)
     files = shard_files(list_shards(data_dir, split), num_shards, shard_index)

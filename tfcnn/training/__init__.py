@@ -1,5 +1,15 @@
-"""Horovod data-parallel, mixed-precision training: `train(make_config(...))`."""
+"""Horovod data-parallel, mixed-precision training: `train(make_config(...))`.
+
+The configuration imports without TensorFlow, so entry points check their flags before it loads; the
+trainer (and TensorFlow) loads on first use of `train` or `NonFiniteLossError`."""
 from tfcnn.training.config import RECIPES, TrainConfig, make_config
-from tfcnn.training.trainer import NonFiniteLossError, train
 
 __all__ = ["RECIPES", "NonFiniteLossError", "TrainConfig", "make_config", "train"]
+
+
+def __getattr__(name):
+    if name in ("NonFiniteLossError", "train"):
+        from tfcnn.training import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,10 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from tfcnn.data.augment import parse_policy
-from tfcnn.precision import PRECISIONS
-from tfcnn.training.mixing import check_args
-from tfcnn.training.optimizers import OPTIMIZERS
+from tfcnn.options import OPTIMIZERS, PRECISIONS, check_mixing, parse_policy
 
 SCHEDULES = ("cosine", "step", "poly", "constant")
 ITER_UNITS = ("epoch", "batch")
@@ -124,10 +121,6 @@ def make_config(recipe: str | None = None, **overrides) -> TrainConfig:
 
 def validate(config: TrainConfig) -> None:
     """Raises ValueError naming the flag and the received value."""
-    from tfcnn.models import list_models
-
-    if config.model not in list_models():
-        raise ValueError(f"unknown --model {config.model!r}; valid models: {', '.join(list_models())}")
     choices = (("precision", PRECISIONS), ("optimizer", OPTIMIZERS), ("lr_schedule", SCHEDULES),
                ("iter_unit", ITER_UNITS))
     for name, valid in choices:
@@ -150,7 +143,7 @@ def validate(config: TrainConfig) -> None:
     if not 0 <= config.label_smoothing < 1:
         raise ValueError(f"--label_smoothing must be in [0, 1), received: {config.label_smoothing!r}")
     parse_policy(config.augment)
-    check_args(config.mixup, config.cutmix, config.mix_switch_prob)
+    check_mixing(config.mixup, config.cutmix, config.mix_switch_prob)
     if not 0 <= config.ema_decay < 1:
         raise ValueError(f"--ema_decay must be in [0, 1) (0: off), received: {config.ema_decay!r}")
     if config.epsilon is not None and not config.epsilon > 0:
@@ -162,3 +155,7 @@ def validate(config: TrainConfig) -> None:
         raise ValueError(f"--lr_decay_epochs must be increasing, received: {list(config.lr_decay_epochs)}")
     if config.predict and config.data_dir is None:
         raise ValueError("--predict needs --data_dir (it evaluates on the validation shards)")
+    from tfcnn.models import list_models  # last: the zoo loads TensorFlow, the checks above do not
+
+    if config.model not in list_models():
+        raise ValueError(f"unknown --model {config.model!r}; valid models: {', '.join(list_models())}")

@@ -33,6 +33,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from tfcnn.options import check_mixing
+
 
 class Mix(NamedTuple):
     """One batch's mixing draw. lam: float32 scalar, the weight of each image's own target (CutMix: 1 -
@@ -41,17 +43,6 @@ class Mix(NamedTuple):
     lam: tf.Tensor
     box: tf.Tensor
     cutmix: tf.Tensor
-
-
-def check_args(mixup_alpha=0.0, cutmix_alpha=0.0, switch_prob=0.5):
-    """ValueError naming the flag when an alpha is negative or the switch probability not in [0, 1]."""
-    for flag, value in (("--mixup", mixup_alpha), ("--cutmix", cutmix_alpha)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"{flag} (the Beta distribution's alpha; 0: off) must be a number >= 0, "
-                             f"received: {value!r}")
-    if isinstance(switch_prob, bool) or not isinstance(switch_prob, (int, float)) or not 0 <= switch_prob <= 1:
-        raise ValueError(f"--mix_switch_prob (the probability of CutMix when both --mixup and --cutmix are on) "
-                         f"must be in [0, 1], received: {switch_prob!r}")
 
 
 def sample_beta(alpha, seed):
@@ -81,7 +72,7 @@ def sample_mix(height, width, mixup_alpha, cutmix_alpha, switch_prob, seed):
     """The batch's draw (a Mix) for images of height x width: CutMix with probability switch_prob when
     both alphas are on, else whichever is on. Not XLA-compilable (stateless_gamma): call it outside a
     jit-compiled step and pass the Mix in. Both alphas 0: lam 1, nothing mixed."""
-    check_args(mixup_alpha, cutmix_alpha, switch_prob)
+    check_mixing(mixup_alpha, cutmix_alpha, switch_prob)
     mixup_seed, cutmix_seed, uniform_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     uniforms = tf.random.stateless_uniform([3], uniform_seed)
     if not mixup_alpha:
@@ -131,7 +122,7 @@ def apply_mix(images, targets, mix):
 def mix_batch(images, targets, mixup_alpha, cutmix_alpha, switch_prob, seed):
     """MixUp or CutMix on the batch, one per batch (CutMix with probability switch_prob when both alphas
     are on); unchanged, with lam 1, when both alphas are 0. Returns (images, targets, lam)."""
-    check_args(mixup_alpha, cutmix_alpha, switch_prob)
+    check_mixing(mixup_alpha, cutmix_alpha, switch_prob)
     if not mixup_alpha and not cutmix_alpha:
         return images, tf.cast(targets, tf.float32), tf.constant(1.0)
     mix = sample_mix(*_height_width(images), mixup_alpha, cutmix_alpha, switch_prob, seed)

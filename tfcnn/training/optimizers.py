@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfcnn.options import OPTIMIZERS
 from tfcnn.training.lamb import LAMB
 
 
@@ -23,7 +24,6 @@ def l2_penalty(variables, weight_decay):
     return 0.5 * weight_decay * tf.add_n([tf.reduce_sum(tf.square(v)) for v in variables])
 
 
-OPTIMIZERS = ("sgd", "rmsprop", "lamb", "adamw")
 DEFAULT_EPSILON = {"rmsprop": 1e-7, "lamb": 1e-6, "adamw": 1e-6}
 
 

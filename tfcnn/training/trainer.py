@@ -24,6 +24,7 @@ from tfcnn.fileio import atomic_write_text
 from tfcnn.metrics import accuracy, count_correct
 from tfcnn.models import create_model
 from tfcnn.models.weights import load_weights
+from tfcnn.options import check_mixing
 from tfcnn.precision import hardware_notes, set_policy
 from tfcnn.training.callbacks import METRICS_FILE, Checkpointer, NonFiniteLossError, RunLogger
 from tfcnn.training import mixing
@@ -58,7 +59,7 @@ class ClassifierTrainer(tf.keras.Model):
         self.fixed_batch = None
         self.ema = WeightAverage(model, ema_decay) if ema_decay else None
         self.moving_stats = [v for v in model.non_trainable_variables if "moving_" in v.name]
-        mixing.check_args(mixup, cutmix, mix_switch_prob)
+        check_mixing(mixup, cutmix, mix_switch_prob)
         self.mixing = (mixup, cutmix, mix_switch_prob) if mixup or cutmix else None
         self.mix_seed = int(mix_seed)
 

@@ -1,0 +1,73 @@
+"""What tfcnn's flags accept, checked without TensorFlow: a bad flag fails at once, before TensorFlow
+(seconds to import) loads. The modules that act on these values import them from here."""
+from __future__ import annotations
+
+import dataclasses
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+OPTIMIZERS = ("sgd", "rmsprop", "lamb", "adamw")
+
+MAX_OPS = 10  # RandAugment's N
+MAX_MAGNITUDE = 30.0  # RandAugment's M
+POLICY_ERROR = "--augment must be none, randaugment:N,M or autoaugment:imagenet"
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A parsed `--augment`: kind 'none', 'randaugment' (num_ops N, magnitude M) or 'autoaugment'
+    (name 'imagenet')."""
+    kind: str = "none"
+    num_ops: int = 0
+    magnitude: float = 0.0
+    name: str = ""
+
+    def __str__(self):
+        if self.kind == "randaugment":
+            return f"randaugment:{self.num_ops},{self.magnitude:g}"
+        if self.kind == "autoaugment":
+            return f"autoaugment:{self.name}"
+        return "none"
+
+
+def parse_policy(text: str) -> Policy:
+    """The `--augment` flag's value -> Policy. Accepted: none, randaugment:N,M (N an integer in [1, 10],
+    M a number in [0, 30]), autoaugment:imagenet. Case and surrounding spaces do not matter."""
+    normalized = str(text).strip().lower()
+    kind, _, args = normalized.partition(":")
+    if normalized == "none":
+        return Policy()
+    if kind == "autoaugment" and args == "imagenet":
+        return Policy("autoaugment", name="imagenet")
+    if kind == "autoaugment":
+        raise ValueError(f"--augment autoaugment has only the imagenet policy (autoaugment:imagenet), "
+                         f"received: {text!r}")
+    if kind != "randaugment":
+        raise ValueError(f"{POLICY_ERROR}, received: {text!r}")
+    parts = args.split(",")
+    if len(parts) != 2:
+        raise ValueError(f"--augment randaugment takes N,M (N ops per image, magnitude M; e.g. randaugment:2,9), "
+                         f"received: {text!r}")
+    try:
+        num_ops = int(parts[0])
+    except ValueError:
+        num_ops = None
+    if num_ops is None or not 1 <= num_ops <= MAX_OPS:
+        raise ValueError(f"--augment randaugment:N,M needs N an integer in [1, {MAX_OPS}], received: {text!r}")
+    try:
+        magnitude = float(parts[1])
+    except ValueError:
+        magnitude = float("nan")
+    if not 0 <= magnitude <= MAX_MAGNITUDE:  # also rejects nan
+        raise ValueError(f"--augment randaugment:N,M needs M a number in [0, {MAX_MAGNITUDE:g}], received: {text!r}")
+    return Policy("randaugment", num_ops=num_ops, magnitude=magnitude)
+
+
+def check_mixing(mixup_alpha=0.0, cutmix_alpha=0.0, switch_prob=0.5):
+    """ValueError naming the flag when an alpha is negative or the switch probability not in [0, 1]."""
+    for flag, value in (("--mixup", mixup_alpha), ("--cutmix", cutmix_alpha)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"{flag} (the Beta distribution's alpha; 0: off) must be a number >= 0, "
+                             f"received: {value!r}")
+    if isinstance(switch_prob, bool) or not isinstance(switch_prob, (int, float)) or not 0 <= switch_prob <= 1:
+        raise ValueError(f"--mix_switch_prob (the probability of CutMix when both --mixup and --cutmix are on) "
+                         f"must be in [0, 1], received: {switch_prob!r}")
