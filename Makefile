@@ -78,7 +78,7 @@ $(STAMP): setup.py Makefile
 	 if $(PY) -c "$$check" 2>/dev/null; then echo "tfcnn: horovod already built"; else \
 	   echo "tfcnn: building horovod $(HOROVOD_VERSION) against TensorFlow ($$flags; about 6 minutes on 2 cores)"; \
 	   $(PIP) install cloudpickle psutil pyyaml packaging cffi && $$build || exit 1; \
-	   $(PY) -c "$$check" || { echo "tfcnn: the cached horovod wheel does not fit (built before OpenMPI was installed?); rebuilding it"; \
+	   TF_CPP_MIN_LOG_LEVEL=$${TF_CPP_MIN_LOG_LEVEL:-2} $(PY) -c "$$check" || { echo "tfcnn: the cached horovod wheel does not fit (built before OpenMPI was installed?); rebuilding it"; \
 	     $(PIP) --cache-dir $$cache cache remove horovod >/dev/null 2>&1; $$build; } || exit 1; \
 	 fi
 	$(PIP) install -e ".[dev]"
