@@ -358,18 +358,22 @@ def test_command_line_errors_exit_nonzero_with_the_flag(tmp_path):
 
 
 def test_flags_are_checked_before_tensorflow_loads():
-    """train.py's bad flags fail at once: the configuration and its checks import no TensorFlow (only the
-    model name needs the zoo, and it is checked last)."""
-    code = ("import sys\nfrom tfcnn.training import make_config\n"
+    """train.py's bad flags fail at once: the entry point and the configuration's checks import no
+    TensorFlow (only the model name needs the zoo, and it is checked last)."""
+    code = ("import runpy, sys\nfrom tfcnn.training import make_config\n"
             "for bad in ({'batch_size': 0}, {'augment': 'bogus'}, {'mixup': -1.0}, {'precision': 'fp8'}, "
             "{'optimizer': 'adam'}, {'label_smoothing': 1.0}):\n"
             "    try:\n        make_config(**bad)\n    except ValueError as error:\n        print(error)\n"
+            "sys.argv = ['train.py', '--iter_unit=step']\n"
+            "try:\n    runpy.run_path('examples/train.py', run_name='__main__')\n"
+            "except SystemExit as exit:\n    print(exit)\n"
             "print('tensorflow loaded:', 'tensorflow' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
-    assert [line.split()[0] for line in lines[:-1]] == ["--batch_size", "--augment", "--mixup", "--precision",
+    assert [line.split()[0] for line in lines[:-2]] == ["--batch_size", "--augment", "--mixup", "--precision",
                                                         "--optimizer", "--label_smoothing"], done.stdout
+    assert lines[-2].startswith("train.py: error: --iter_unit must be one of epoch, batch"), done.stdout
     assert lines[-1] == "tensorflow loaded: False"
 
 
