@@ -5,9 +5,11 @@ optional (README): without `mpiexec`, or with a Horovod built before OpenMPI was
 mpiexec tests skip and say why; CI installs OpenMPI, so there they run.
 """
 import functools
+import json
 import os
 import shutil
 import sys
+import time
 
 import pytest
 
@@ -32,20 +34,6 @@ def mpi_missing() -> str | None:
 needs_mpi = pytest.mark.skipif(mpi_missing() is not None, reason=mpi_missing() or "")
 
 
-def other_local_address() -> str | None:
-    """A non-loopback IPv4 address of this machine: with "localhost" a second name Horovod treats as a
-    local host (no ssh), so an elastic job on one machine can lose one "host" and keep the other."""
-    import socket
-
-    import psutil
-
-    for addresses in psutil.net_if_addrs().values():
-        for address in addresses:
-            if address.family == socket.AF_INET and not address.address.startswith("127."):
-                return address.address
-    return None
-
-
 def worker_processes(launcher_pid: int) -> dict:
     """{(HOROVOD_HOSTNAME, HOROVOD_RANK): psutil.Process} of the Python workers a launcher started."""
     import psutil
@@ -59,3 +47,17 @@ def worker_processes(launcher_pid: int) -> dict:
         if "HOROVOD_RANK" in environ and "python" in os.path.basename(process.cmdline()[0]):
             found[(environ.get("HOROVOD_HOSTNAME"), int(environ["HOROVOD_RANK"]))] = process
     return found
+
+
+def wait_for(condition, what: str, timeout: float = 240) -> None:
+    """Polls `condition` until it holds; fails naming `what` after `timeout` seconds."""
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.2)
+
+
+def logged_steps(log_dir) -> list[int]:
+    """The steps a training run in `log_dir` (a pathlib.Path) has logged to metrics.jsonl so far."""
+    path = log_dir / "metrics.jsonl"
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []

@@ -261,6 +261,27 @@ class Hosts:
         done.seconds = time.monotonic() - start
         return done
 
+    def start(self, host: str, cmd: list[str], output, cwd: str = REPO, env: dict | None = None) -> subprocess.Popen:
+        """Starts `cmd` on `host` in the background, stdout and stderr to the file object `output`. Teardown
+        kills it with everything else in the host's namespaces."""
+        return subprocess.Popen(self.enter(host, cwd) + list(cmd), stdout=output, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+
+    def workers(self, host: str) -> list:
+        """The Horovod workers running on `host` (psutil.Process of each Python process whose environment
+        has a HOROVOD_RANK), wherever they were started from: the launcher's own or one an ssh session began."""
+        import psutil
+
+        found = []
+        for pid in _sh("ip", "netns", "pids", self.hosts[host].netns, check=False).stdout.split():
+            try:
+                process = psutil.Process(int(pid))
+                if "HOROVOD_RANK" in process.environ() and "python" in os.path.basename(process.cmdline()[0]):
+                    found.append(process)
+            except (psutil.Error, OSError, IndexError):
+                continue  # gone meanwhile, or not ours to read
+        return found
+
     def ssh(self, host: str, target: str, command: str, timeout: float = 30) -> subprocess.CompletedProcess:
         """`command` run on `target` through ssh from `host`, as the launchers do."""
         return self.run(host, ["ssh", *self.ssh_args(), target, command], timeout=timeout)
@@ -272,12 +293,23 @@ class Hosts:
         return ",".join(f"{name}:1" for name in (names or self.names))
 
     def horovodrun(self, names=None) -> list[str]:
-        """horovodrun with Gloo, one rank per host, over `iface`. --disable-cache: horovodrun otherwise
-        skips its ssh check for an hour after one succeeded with the same arguments (~/.horovod)."""
+        """horovodrun with Gloo, one rank per host, over `iface`."""
         names = names or self.names
-        return [os.path.join(VENV_BIN, "horovodrun"), "--gloo", "--disable-cache", "-np", str(len(names)),
-                "-H", self.host_list(names), "--ssh-port", str(self.ssh_port), "--ssh-identity-file", self.key,
-                "--network-interface", self.iface]
+        return self._horovodrun_to_hosts() + ["--gloo", "-np", str(len(names)), "-H", self.host_list(names)]
+
+    def horovodrun_elastic(self, discovery_script: str, min_np: int = 1, cooldown=(10, 12)) -> list[str]:
+        """horovodrun in elastic mode over all hosts, up to one worker each, the hosts offered by
+        `discovery_script`; a failed host is offered again after `cooldown` seconds (Horovod's blacklist
+        range). One slot per host: Horovod blacklists a failed worker's whole host."""
+        return self._horovodrun_to_hosts() + [
+            "-np", str(len(self.names)), "--min-np", str(min_np), "--max-np", str(len(self.names)),
+            "--host-discovery-script", discovery_script, "--blacklist-cooldown-range", *map(str, cooldown)]
+
+    def _horovodrun_to_hosts(self) -> list[str]:
+        """horovodrun's options for reaching these hosts. --disable-cache: horovodrun otherwise skips its
+        ssh check for an hour after one succeeded with the same arguments (~/.horovod)."""
+        return [os.path.join(VENV_BIN, "horovodrun"), "--disable-cache", "--ssh-port", str(self.ssh_port),
+                "--ssh-identity-file", self.key, "--network-interface", self.iface]
 
     def mpiexec(self, names=None) -> list[str]:
         """OpenMPI's mpiexec, one rank per host, its daemons (oob) and messages (btl) over `iface`."""

@@ -1,17 +1,23 @@
 """Training across two real hosts (namespaces with their own hostname, address and sshd: multihost.py),
 one rank per host, with each launcher: what test_training.py checks on one host, plus that the ranks
-ran on different hosts and talked over the chosen interface, and that only rank 0 wrote the run.
+ran on different hosts and talked over the chosen interface, and that only rank 0 wrote the run; and an
+elastic run that loses the worker of one host and takes it back.
 
 Skips with the reason where the hosts cannot be made (not root, no sshd, no network namespaces).
 """
 import json
 import os
+import signal
+import subprocess
 import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from launchers import mpi_missing
+from tfcnn import checkpoints
+
+from launchers import logged_steps, mpi_missing, wait_for
 from multihost import multihost_missing, two_hosts
 
 pytestmark = [pytest.mark.multihost, pytest.mark.slow]
@@ -110,3 +116,45 @@ def test_an_unreachable_host_fails_the_launch_at_once(stripes, tmp_path, launche
     assert f"ssh: connect to host hostb port {hosts.ssh_port}: Connection refused" in done.stdout + done.stderr
     assert done.seconds < 30
     assert not (tmp_path / "run").exists() and not (tmp_path / "out").exists()
+
+
+def test_an_elastic_run_survives_a_killed_worker_and_takes_it_back(stripes, tmp_path):
+    """horovodrun --min-np 1 --max-np 2 over hosta and hostb, one worker each: hostb's worker killed with
+    SIGKILL; the survivor rolls back to the last commit and goes on alone; the discovery script offers
+    hostb again after the blacklist cooldown (10 s: long enough that the survivor re-forms alone first), a
+    new worker joins there and receives the state; the run ends at its planned length with exit 0.
+    (Two hosts: Horovod blacklists a failed worker's whole host, so one host with two slots could not
+    survive a kill.)"""
+    skip_unless_possible("horovodrun-gloo")
+    discovery = tmp_path / "hosts.sh"
+    discovery.write_text("#!/bin/sh\necho hosta:1\necho hostb:1\n")
+    discovery.chmod(0o755)
+    log_dir = tmp_path / "run"
+    args = [os.path.join(REPO, "examples", "train.py"), "--elastic", "--model=resnet18", f"--data_dir={stripes}",
+            "--image_size=32", "--batch_size=8", "--num_iter=6", "--elastic_commit_every=4", "--display_every=4",
+            "--warmup_epochs=0", "--seed=1", f"--log_dir={log_dir}"]
+    output = tmp_path / "job.log"
+    with two_hosts(tmp_path / "hosts") as hosts, output.open("w") as log:
+        job = hosts.start("hosta", hosts.horovodrun_elastic(str(discovery)) + [sys.executable] + args, log,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        wait_for(lambda: max(logged_steps(log_dir), default=0) >= 12, "step 12")
+        victims = hosts.workers("hostb")
+        assert len(victims) == 1, victims
+        victims[0].send_signal(signal.SIGKILL)
+        try:
+            job.wait(timeout=400)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the elastic job did not end within 400 s after the kill:\n{output.read_text()[-3000:]}")
+    out = output.read_text()
+    assert job.returncode == 0, out[-3000:]
+    assert "world size 2 -> 1: resuming at step" in out and "world size 1 -> 2: resuming at step" in out, out[-3000:]
+    steps = logged_steps(log_dir)
+    total = 6 * 192  # images; 16 per step with two workers, 8 with one
+    assert steps == sorted(set(steps)) and steps[0] == 4 and max(steps) >= 12  # before the kill ...
+    final = checkpoints.latest_checkpoint(str(log_dir))  # ... and after, to the end
+    reader = tf.train.load_checkpoint(final)
+    assert reader.get_tensor("images_seen/.ATTRIBUTES/VARIABLE_VALUE") >= total
+    assert int(final.rsplit("-", 1)[1]) == steps[-1] > total // 16
+    for name in reader.get_variable_to_shape_map():
+        if name.startswith("model/") and "OPTIMIZER" not in name:
+            assert np.all(np.isfinite(reader.get_tensor(name))), name
