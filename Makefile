@@ -1,39 +1,46 @@
 # tfcnn: one-command setup, tests, demo and benchmarks.
-#   make install   create .venv, install TensorFlow, build Horovod against it, install tfcnn
+#   make install   create the lane's venv, install TensorFlow, build Horovod against it, install tfcnn
 #   make test      install if needed, then run the test suite
 #   make demo      install if needed, then generate, convert, train, evaluate and export end to end
-# Two lanes (TF=2.15 | TF=2.17, README "Install"): 2.15 is the default on Python 3.10/3.11, 2.17 on 3.12
-# and wherever asked for (make install TF=2.17); each lane has its own venv.
+# Two lanes (README "Install"): TF=2.21, the default on every Python it supports (3.10-3.13), in .venv/;
+# TF=2.15 (Python 3.9-3.11, tensorflow-addons) in .venv-tf2.15/. Each has its own venv.
 SHELL := /bin/bash
-PYTHON ?= $(shell command -v python3.11 >/dev/null && echo python3.11 || \
-                  { command -v python3.12 >/dev/null && echo python3.12; } || echo python3.11)
+PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3.10; do command -v $$p >/dev/null && { echo $$p; break; }; done)
 PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
-TF ?= $(if $(filter 3.12,$(PY_VERSION)),2.17,2.15)
-ifeq ($(TF),2.15)
-  # The newest TensorFlow Horovod 0.28.1 builds against unpatched, with tensorflow-addons and Keras 2 built in.
+TF ?= 2.21
+ifeq ($(TF),2.21)
+  # Keras 2 is tf_keras, switched on by TF_USE_LEGACY_KERAS=1 (tfcnn-env.pth below). tf_keras asks for the
+  # `tensorflow` package, which would pull the CUDA build over tensorflow-cpu: it is installed --no-deps
+  # (it needs nothing else). TensorBoard no longer comes with TensorFlow; tf.summary needs it.
+  TF_VERSION := 2.21.0
+  LANE_PYTHONS := 3.10 3.11 3.12 3.13
+  LANE_PACKAGES := tensorboard~=2.21.0 "numpy>=1.26,<3"
+  LANE_NO_DEPS := tf_keras==2.21.0
+  LANE_ENV := os.environ.setdefault("TF_USE_LEGACY_KERAS", "1");
+  VENV ?= .venv
+else ifeq ($(TF),2.15)
+  # The newest TensorFlow Horovod 0.28.1 builds against unpatched, with Keras 2 built in and
+  # tensorflow-addons (the reference tfcnn's own LAMB is tested against).
   TF_VERSION := 2.15.1
   LANE_PYTHONS := 3.9 3.10 3.11
-  LANE_PACKAGES := tensorflow-addons==0.23.0
+  LANE_PACKAGES := tensorflow-addons==0.23.0 "numpy>=1.26,<2"
+  LANE_NO_DEPS :=
+  # No legacy-Keras switch here: it makes TensorFlow 2.15 look for tf_keras, which this lane does not have.
   LANE_ENV :=
-  VENV ?= .venv
+  VENV ?= .venv-tf2.15
 else ifeq ($(TF),2.17)
-  # Keras 2 is tf_keras there, switched on by TF_USE_LEGACY_KERAS=1 (tfcnn-env.pth below); no tensorflow-addons.
-  TF_VERSION := 2.17.1
-  LANE_PYTHONS := 3.9 3.10 3.11 3.12
-  LANE_PACKAGES := tf_keras~=2.17.0
-  # Not on 2.15: there the switch makes TensorFlow look for tf_keras, which that lane does not have.
-  LANE_ENV := os.environ.setdefault("TF_USE_LEGACY_KERAS", "1");
-  VENV ?= .venv-tf2.17
+  $(error tfcnn: the TF 2.17 lane was retired: TF 2.21 (the default, Python 3.10-3.13) replaces it; run 'make install' (or 'make install TF=2.15' for TensorFlow 2.15 and tensorflow-addons))
 else
-  $(error TF must be 2.15 or 2.17, received: $(TF))
+  $(error tfcnn: TF must be 2.21 (the default) or 2.15, received: $(TF))
 endif
-OTHER_TF := $(if $(filter 2.15,$(TF)),2.17,2.15)
 WRONG_PYTHON := tfcnn: TensorFlow $(TF) has no wheels for Python $(PY_VERSION) ($(PYTHON)); it supports Python \
-  $(LANE_PYTHONS). Use the other lane (make install TF=$(OTHER_TF)) or another Python (PYTHON=python3.11)
+  $(LANE_PYTHONS). Use another Python (PYTHON=python3.11)$(if $(filter 2.15,$(TF)), or the default lane (make install))
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 STAMP := $(VENV)/.tfcnn-installed
+LANE_ID := TensorFlow $(TF_VERSION), Python $(PY_VERSION)
 HOROVOD_VERSION := 0.28.1
+HOROVOD_PATCHES := $(sort $(wildcard patches/horovod-$(HOROVOD_VERSION)/*.patch))
 TESTS ?= tests
 PYTEST_ARGS ?=
 # Test processes: most tests are single-threaded Python (model building, process start-up), so two
@@ -43,6 +50,9 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 2 ? 2 :
 HAS_MPI := $(shell mpicxx --version >/dev/null 2>&1 && echo 1 || echo 0)
 # An NVIDIA GPU decides between tensorflow-cpu and tensorflow[and-cuda] (with NCCL in Horovod).
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
+# The built Horovod wheel fits only what it was built against: one cache directory per kind of build.
+HOROVOD_CACHE := $${XDG_CACHE_HOME:-$$HOME/.cache}/tfcnn/horovod-$(HOROVOD_VERSION)-tf$(TF_VERSION)-py$(PY_VERSION)-$(if \
+  $(filter 1,$(HAS_GPU)),gpu,cpu)$(if $(filter 1,$(HAS_MPI)),-mpi)-patches$(shell cat $(HOROVOD_PATCHES) | cksum | cut -d' ' -f1)
 
 .PHONY: install test demo bench clean
 BENCH_RESULTS ?= bench/results
@@ -54,36 +64,29 @@ install: $(STAMP)
 	@TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrun --check-build
 
 # The stamp depends on what decides the install; a second `make install` only prints the build check.
-$(STAMP): setup.py Makefile
-	@test -n "$(PY_VERSION)" || { echo "tfcnn: $(PYTHON) not found or does not run: install Python 3.11 (e.g. 'apt-get install python3.11 python3.11-venv python3.11-dev' or 'pyenv install 3.11'), or name one with PYTHON=..."; exit 1; }
+$(STAMP): setup.py Makefile $(HOROVOD_PATCHES) patches/build_horovod.sh
+	@test -n "$(PY_VERSION)" || { echo "tfcnn: $(or $(PYTHON),no python3.10-3.13) not found or does not run: install Python 3.11 (e.g. 'apt-get install python3.11 python3.11-venv python3.11-dev' or 'pyenv install 3.11'), or name one with PYTHON=..."; exit 1; }
 	@# Refused before anything is downloaded: a lane the Python cannot install.
 	@case " $(LANE_PYTHONS) " in *" $(PY_VERSION) "*) ;; *) echo "$(WRONG_PYTHON)"; exit 1;; esac
 	@command -v g++ >/dev/null || { echo "tfcnn: no C++ compiler (g++) found, needed to build Horovod: install it (e.g. 'apt-get install g++')"; exit 1; }
 	@command -v cmake >/dev/null || { echo "tfcnn: cmake not found, needed to build Horovod: install it (e.g. 'apt-get install cmake' or 'pip install cmake')"; exit 1; }
+	@command -v patch >/dev/null || { echo "tfcnn: patch not found, needed to patch Horovod's sources: install it (e.g. 'apt-get install patch')"; exit 1; }
+	@# A venv of another lane or Python (an older tfcnn's .venv, say) is made anew, never mixed.
+	@if [ -d $(VENV) ] && [ "$$(cat $(VENV)/.tfcnn-lane 2>/dev/null)" != "$(LANE_ID)" ]; then \
+	   echo "tfcnn: $(VENV) holds $$(cat $(VENV)/.tfcnn-lane 2>/dev/null || echo 'another install'), not $(LANE_ID): making it anew"; \
+	   rm -rf $(VENV); fi
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "$(LANE_ID)" > $(VENV)/.tfcnn-lane
 	$(PIP) install --upgrade "pip>=23" "setuptools>=65,<70" wheel
 	@# TensorFlow first: Horovod compiles against the installed TF. tensorflow[and-cuda] only where a GPU is present.
 	@if [ "$(HAS_GPU)" = 1 ]; then tf="tensorflow[and-cuda]==$(TF_VERSION)"; else tf="tensorflow-cpu==$(TF_VERSION)"; fi; \
-	 echo "tfcnn: installing $$tf $(LANE_PACKAGES)"; $(PIP) install "$$tf" $(LANE_PACKAGES) "numpy>=1.26,<2"
-	@# Horovod from source; Gloo always, MPI when mpicxx runs, NCCL when a GPU exists. Built wheels are cached
-	@# per lane (a wheel fits only the TensorFlow it was built against); one that lacks a controller this
-	@# machine now has (built before OpenMPI was installed) is rebuilt.
-	@want_mpi=$(HAS_MPI); \
-	 check="import sys, horovod.tensorflow as h; sys.exit(0 if h.gloo_built() and (h.mpi_built() or not $$want_mpi) else 1)"; \
-	 flags="HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1"; \
-	 if [ $$want_mpi = 1 ]; then flags="$$flags HOROVOD_WITH_MPI=1"; else flags="$$flags HOROVOD_WITHOUT_MPI=1"; fi; \
-	 if [ "$(HAS_GPU)" = 1 ]; then flags="$$flags HOROVOD_GPU_OPERATIONS=NCCL"; fi; \
-	 cache="$${XDG_CACHE_HOME:-$$HOME/.cache}/tfcnn/pip-tf$(TF)-$(if $(filter 1,$(HAS_GPU)),gpu,cpu)"; \
-	 build="env $$flags $(PIP) install --cache-dir $$cache --no-build-isolation --force-reinstall --no-deps horovod==$(HOROVOD_VERSION)"; \
-	 if $(PY) -c "$$check" 2>/dev/null; then echo "tfcnn: horovod already built"; else \
-	   echo "tfcnn: building horovod $(HOROVOD_VERSION) against TensorFlow ($$flags; about 6 minutes on 2 cores)"; \
-	   $(PIP) install cloudpickle psutil pyyaml packaging cffi && $$build || exit 1; \
-	   TF_CPP_MIN_LOG_LEVEL=$${TF_CPP_MIN_LOG_LEVEL:-2} $(PY) -c "$$check" || { echo "tfcnn: the cached horovod wheel does not fit (built before OpenMPI was installed?); rebuilding it"; \
-	     $(PIP) --cache-dir $$cache cache remove horovod >/dev/null 2>&1; $$build; } || exit 1; \
-	 fi
+	 echo "tfcnn: installing $$tf" '$(LANE_PACKAGES) $(LANE_NO_DEPS)'; $(PIP) install "$$tf" $(LANE_PACKAGES)
+	$(if $(LANE_NO_DEPS),$(PIP) install --no-deps $(LANE_NO_DEPS))
+	@# Horovod from its sdist with tfcnn's patches; Gloo always, MPI when mpicxx runs, NCCL when a GPU exists.
+	HOROVOD_VERSION=$(HOROVOD_VERSION) WANT_MPI=$(HAS_MPI) WANT_GPU=$(HAS_GPU) bash patches/build_horovod.sh $(PY) "$(HOROVOD_CACHE)"
 	$(PIP) install -e ".[dev]"
 	@# Every Python of the venv, also those horovodrun and mpiexec start (and horovodrun's own build check,
-	@# which loads TensorFlow), starts with TensorFlow's C++ INFO lines off and, on TF 2.17, with Keras 2
+	@# which loads TensorFlow), starts with TensorFlow's C++ INFO lines off and, on TF 2.21, with Keras 2
 	@# (tf_keras), unless the user set the variable.
 	@echo 'import os; os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1"); $(LANE_ENV)' \
 	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tfcnn-env.pth"
@@ -105,4 +108,4 @@ bench: install
 	$(PY) bench/memory.py --output $(BENCH_RESULTS)/memory.json
 
 clean:
-	rm -rf .venv .venv-tf2.17 build *.egg-info .pytest_cache
+	rm -rf .venv .venv-tf2.15 build *.egg-info .pytest_cache

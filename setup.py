@@ -1,10 +1,10 @@
 """tfcnn: TensorFlow 2 CNN training toolkit (model zoo, ImageNet TFRecords, Horovod mixed precision).
 
 TensorFlow and Horovod are not listed in install_requires on purpose: `make install` installs
-`tensorflow-cpu` or `tensorflow[and-cuda]` of its lane (2.15 or 2.17; pip cannot tell which one a
-machine needs) with the lane's packages (tensorflow-addons on 2.15, only to test tfcnn's LAMB against;
-tf_keras on 2.17) and then builds Horovod from source against it. Listing any here would make pip
-replace or rebuild them.
+`tensorflow-cpu` or `tensorflow[and-cuda]` of its lane (2.21 or 2.15; pip cannot tell which one a
+machine needs) with the lane's packages (tf_keras and TensorBoard on 2.21; tensorflow-addons on 2.15,
+only to test tfcnn's LAMB against) and numpy as that TensorFlow wants, then builds Horovod from source
+against it with tfcnn's patches. Listing any here would make pip replace or rebuild them.
 """
 from setuptools import find_packages, setup
 
@@ -14,11 +14,11 @@ setup(
     description="TensorFlow 2 Keras CNN training toolkit with Horovod data parallelism",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.9,<3.13",
+    python_requires=">=3.9,<3.14",
     packages=find_packages(include=["tfcnn", "tfcnn.*", "imagenet_prep"]),
     package_data={"imagenet_prep": ["*.sh"]},
     install_requires=[
-        "numpy>=1.23.5,<2",
+        "numpy>=1.23.5",
         "absl-py>=2,<3",
         "Pillow>=10",
         "matplotlib>=3.7,<3.10",

@@ -6,7 +6,9 @@
 
 Without --data_dir it trains on synthetic data. Flags override the --recipe's values, which override
 the defaults; the resolved configuration is written to --log_dir/config.json. Rerunning with the same
---log_dir resumes from its latest checkpoint. --flagfile FILE reads flags from a file.
+--log_dir resumes from its latest checkpoint. --flagfile FILE reads flags from a file. SIGTERM, SIGINT
+or SIGUSR1 (--stop_signals) or --max_minutes stop the run after a step, with its checkpoint written,
+and exit with status 75: rerun the same command to resume.
 """
 import dataclasses
 import sys
@@ -18,9 +20,15 @@ from tfcnn.training import RECIPES, TrainConfig, make_config  # no TensorFlow ye
 HELP = {
     "model": "model name (python -m tfcnn.models lists them)",
     "data_dir": "directory of TFRecord shards made by imagenet_prep; absent: synthetic data",
+    "data_backend": "input pipeline: tf (tf.data), dali_cpu or dali_gpu (NVIDIA DALI, decoding on the CPU or the "
+                    "GPU; make install DALI=1)",
     "num_classes": "default: the number of lines of labels.txt beside the shards, else 1000",
     "image_size": "default: the model's input size; smaller sizes let small datasets and CPUs train",
-    "batch_size": "images per GPU (per process) and step",
+    "batch_size": "images per GPU (per process) and micro-batch (a step, without accumulation)",
+    "grad_accum_steps": "micro-batches per optimizer step on every rank (gradient accumulation): the global batch "
+                        "is batch_size x ranks x this",
+    "optimizer_batch_size": "the global batch of an optimizer step, e.g. a recipe's 2048 on fewer GPUs: sets "
+                            "--grad_accum_steps to it / (batch_size x ranks), which must divide it",
     "num_iter": "training length, in --iter_unit",
     "iter_unit": "epoch or batch",
     "precision": "fp32, fp16 (mixed, dynamic loss scaling) or bf16 (mixed)",
@@ -60,6 +68,10 @@ HELP = {
                "workers and take in new ones; each rank keeps --batch_size, the lr follows the global batch",
     "elastic_commit_every": "with --elastic: steps between in-memory commits of the training state (also at "
                             "epoch ends); a lost worker costs at most these steps",
+    "stop_signals": "signals that stop the run cleanly: every rank stops after the same step, rank 0 writes its "
+                    "checkpoint, the exit status is 75 (resume me); comma-separated TERM, INT, USR1, USR2, HUP, "
+                    "or none",
+    "max_minutes": "stop the same way after this many minutes of training, before a job's time limit (0: none)",
     "recipe": "named recipe: " + ", ".join(sorted(RECIPES)),
 }
 FIELDS = [f for f in dataclasses.fields(TrainConfig)]
@@ -93,11 +105,15 @@ def main(argv):
     from tfcnn.training import NonFiniteLossError, train  # loads TensorFlow
 
     try:
-        train(config)
+        summary = train(config)
     except NonFiniteLossError as error:
         sys.exit(f"train.py: {error}")
     except (ValueError, RuntimeError) as error:
         sys.exit(f"train.py: error: {error}")
+    if "preempted" in summary:  # stopped by a signal or --max_minutes, its checkpoint written: resume me
+        from tfcnn.training.stopping import PREEMPTED_EXIT_CODE
+
+        sys.exit(PREEMPTED_EXIT_CODE)
 
 
 if __name__ == "__main__":

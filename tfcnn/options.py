@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 PRECISIONS = ("fp32", "fp16", "bf16")
+DATA_BACKENDS = ("tf", "dali_cpu", "dali_gpu")  # tf.data, or NVIDIA DALI decoding on the CPU / on the GPU
 OPTIMIZERS = ("sgd", "rmsprop", "lamb", "adamw")
 
 MAX_OPS = 10  # RandAugment's N
@@ -71,3 +72,21 @@ def check_mixing(mixup_alpha=0.0, cutmix_alpha=0.0, switch_prob=0.5):
     if isinstance(switch_prob, bool) or not isinstance(switch_prob, (int, float)) or not 0 <= switch_prob <= 1:
         raise ValueError(f"--mix_switch_prob (the probability of CutMix when both --mixup and --cutmix are on) "
                          f"must be in [0, 1], received: {switch_prob!r}")
+
+
+STOP_SIGNALS = ("TERM", "INT", "USR1", "USR2", "HUP")  # what --stop_signals may name
+DEFAULT_STOP_SIGNALS = "TERM,INT,USR1"
+
+
+def parse_signals(text) -> tuple[str, ...]:
+    """`--stop_signals`: comma-separated signal names with or without SIG (TERM,USR1; case does not
+    matter), or none -> ('TERM', 'USR1') / (). A name outside STOP_SIGNALS is a ValueError naming it."""
+    names = [part.strip().upper() for part in str(text).split(",") if part.strip()]
+    if names == ["NONE"]:
+        return ()
+    names = [name[3:] if name.startswith("SIG") else name for name in names]
+    bad = [name for name in names if name not in STOP_SIGNALS]
+    if not names or bad:
+        raise ValueError(f"--stop_signals must be none or a comma-separated list of {', '.join(STOP_SIGNALS)}, "
+                         f"received: {text!r}" + (f" (unknown: {', '.join(bad)})" if bad else ""))
+    return tuple(dict.fromkeys(names))

@@ -22,7 +22,7 @@ def require_keras_2() -> None:
         raise ImportError(
             f"tfcnn needs Keras 2, but tf.keras is Keras {version} (TensorFlow {tf.__version__}). Install the "
             f"tf_keras release matching TensorFlow and set TF_USE_LEGACY_KERAS=1 before Python starts; "
-            f"'make install TF=2.17' does both for its venv")
+            f"tfcnn's 'make install' does both for its venv")
 
 
 def set_policy(precision: str) -> None:

@@ -6,17 +6,20 @@
 Writes OUT_DIR/rank{r}.npz: the final trainable weights (and moving averages of all weights with
 --ema_decay), and per step the loss scale (fp16) and a float64 digest of the weights; OUT_DIR/summary{r}.json: train()'s summary. --inject_inf_* makes one
 rank's gradients infinite at one step (as an fp16 overflow would); --interrupt_at_step raises
-KeyboardInterrupt at the end of a step (as Ctrl-C would).
+KeyboardInterrupt at the end of a step (as an exception out of a callback would). A run stopped by a
+stop signal or --max_minutes exits with status 75, as examples/train.py does.
 """
 import argparse
 import json
 import os
+import sys
 
 import numpy as np
 import tensorflow as tf
 
 from tfcnn import distributed
 from tfcnn.training import make_config, train
+from tfcnn.training.stopping import PREEMPTED_EXIT_CODE
 from tfcnn.training.trainer import ClassifierTrainer
 
 
@@ -79,6 +82,8 @@ def main():
         return
     with open(os.path.join(args.out_dir, f"summary{distributed.rank()}.json"), "w") as f:
         json.dump(summary, f)
+    if "preempted" in summary:  # as examples/train.py
+        sys.exit(PREEMPTED_EXIT_CODE)
 
 
 if __name__ == "__main__":

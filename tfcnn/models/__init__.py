@@ -9,8 +9,9 @@ from tfcnn.precision import require_keras_2
 
 require_keras_2()
 
-from tfcnn.models.registry import (DataConfig, ModelInfo, create_model, list_models, model_info,  # noqa: E402
-                                   model_overrides, register_model, without_initializers)
+from tfcnn.models.factory import create_model  # noqa: E402
+from tfcnn.models.registry import (DataConfig, ModelInfo, list_models, model_info, model_overrides,  # noqa: E402
+                                   register_model, without_initializers)
 from tfcnn.models.weights import load_weights  # noqa: E402
 
 # Importing a family registers its variants.

@@ -1,8 +1,9 @@
 """A tiny model registry: names -> (builder, fixed architecture arguments, data config).
 
 Variants are data: each registered name is one family builder plus the keyword arguments that
-define the variant (depths, groups, SE). `create_model` adds the user's overrides, which may tune a
-model (e.g. `dropout_rate`) but never redefine the architecture a name stands for.
+define the variant (depths, groups, SE). `build_model` adds the user's overrides, which may tune a
+model (e.g. `dropout_rate`) but never redefine the architecture a name stands for. The registry is the
+bottom of the zoo: weights.py reads it, factory.py's create_model (builds and loads) reads both.
 """
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import contextlib
 import dataclasses
 import fnmatch
 import inspect
-import types
 from typing import Callable
 
 import tensorflow as tf
@@ -156,66 +156,19 @@ def weight_map_of(name: str):
     return _entry(name).weight_map
 
 
-def create_model(name: str, num_classes: int | None = None, input_shape=None, *, weights=None, head: str = "keep",
-                 data_config: DataConfig | dict | None = None, log=print, **overrides) -> tf.keras.Model:
-    """Builds a registered model. Its output is float32 logits of shape (batch, num_classes).
-
-    num_classes: default the weights' class count, else 1000.
-    input_shape: (height, width, channels); None means the input size the weights (or the model) expect.
-    weights: a timm / torchvision state dict (.safetensors; .pth/.pt/.bin with torch installed), a tfcnn
-      checkpoint, log dir or `python -m tfcnn.convert` output, or an opened weights.Source: built with the options those weights
-      need (e.g. Inception's count_include_pad) and loaded strictly (see tfcnn.models.weights).
-    head: with weights, 'keep' the file's classifier or start a 'new' one (another num_classes).
-    data_config: overrides (a DataConfig, or a dict of some of its fields) of what the weights expect.
-    overrides: builder options such as `dropout_rate` or `zero_init_residual`; None values are dropped
-      so that command-line defaults never mask the model's own defaults.
-
-    The model carries `model.data_config` (how to feed it: its input size, and the crop, mean/std and
-    interpolation its weights expect) and `model.build_options` (the builder options it was built with).
-    """
+def build_model(name: str, num_classes: int, input_shape, options: dict) -> tf.keras.Model:
+    """The registered builder of `name` with its variant's arguments and `options` (builder overrides,
+    each checked against model_overrides), fresh weights. create_model is the user-facing entry."""
     entry = _entry(name)
-    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
-                                    or num_classes < 1):
-        raise ValueError(f"num_classes must be an integer >= 1, received: {num_classes!r}")
-    source = None
-    if weights is not None:
-        from tfcnn.models.weights import Source, open_weights
-
-        source = weights if isinstance(weights, Source) else open_weights(name, weights)
-    data = source.data_config if source else entry.info.data_config
-    if isinstance(data_config, DataConfig):
-        data = data_config
-    elif data_config:
-        data = data.replace(**data_config)
-    if num_classes is None:
-        num_classes = source.num_classes if source and source.num_classes and head == "keep" else 1000
-    input_shape = _check_input_shape(entry.info, input_shape or (data.input_size, data.input_size, 3))
-    options = {**(source.options if source else {}), **{k: v for k, v in overrides.items() if v is not None}}
     allowed = model_overrides(name)
     for key in options:
         if key not in allowed:
-            raise ValueError(
-                f"unknown override for model {name!r}: {key!r}; valid overrides: {', '.join(allowed)}")
-    # Strict loading below sets every weight (or fails): initial values drawn now would be thrown away.
-    with without_initializers() if source and head == "keep" else contextlib.nullcontext():
-        model = entry.builder(**entry.arch, num_classes=num_classes, input_shape=input_shape, name=name, **options)
-    height, width, _ = input_shape
-    model.data_config = data.replace(input_size=height) if height == width else data
-    model.build_options = types.MappingProxyType(options)  # read-only, and not tracked by Keras
-    if source:
-        from tfcnn.models.weights import load_weights
-
-        load_weights(model, source, head=head, log=log)
-        log(f"tfcnn: {name}: loaded {source.path}; input {data.input_size} px, crop {data.crop_fraction:.4g}, "
-            f"{data.interpolation}, mean/std {_fmt(data.mean)}/{_fmt(data.std)} ({source.data_origin})")
-    return model
+            raise ValueError(f"unknown override for model {name!r}: {key!r}; valid overrides: {', '.join(allowed)}")
+    input_shape = check_input_shape(entry.info, input_shape)
+    return entry.builder(**entry.arch, num_classes=num_classes, input_shape=input_shape, name=name, **options)
 
 
-def _fmt(values):
-    return "(" + ", ".join(f"{v:.4g}" for v in values) + ")"
-
-
-def _check_input_shape(info: ModelInfo, input_shape) -> tuple[int, int, int]:
+def check_input_shape(info: ModelInfo, input_shape) -> tuple[int, int, int]:
     try:
         height, width, channels = (int(d) for d in input_shape)
     except (TypeError, ValueError):
@@ -226,4 +179,3 @@ def _check_input_shape(info: ModelInfo, input_shape) -> tuple[int, int, int]:
             f"input_shape {tuple(input_shape)!r} is too small for {info.name}: height and width must be "
             f">= {info.min_size} and channels >= 1")
     return (height, width, channels)
-

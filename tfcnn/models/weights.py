@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfcnn import checkpoints
-from tfcnn.models.registry import DataConfig
+from tfcnn.models.registry import DataConfig, build_model, model_info, weight_map_of, without_initializers
 
 REFERENCE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
 CLASSIFIER_LAYER = "head_fc"  # every zoo model's classifier (layers.classifier_head)
@@ -102,8 +102,6 @@ class Source:
 def open_weights(name: str, path: str) -> Source:
     """Reads `path` for the registered model `name`: a reference state dict file, or a tfcnn checkpoint
     prefix, log dir or convert output (a directory holding checkpoints/)."""
-    from tfcnn.models.registry import model_info, weight_map_of
-
     weight_map, default_data = weight_map_of(name), model_info(name).data_config
     if not isinstance(path, (str, os.PathLike)) or not os.path.exists(path) and not checkpoints.is_checkpoint(str(path)):
         raise ValueError(f"weights {path!r}: no such file or directory")
@@ -311,11 +309,8 @@ def load_tfcnn(model, source: Source, head: str = "keep", log=print) -> dict:
     if head == "keep":
         checkpoints.restore_model(source.checkpoint, model, source.averaged)
         return {"loaded": len(model.weights), "skipped": []}
-    from tfcnn.models.registry import create_model, without_initializers
-
     with without_initializers():  # every weight of the twin is restored next
-        twin = create_model(model.name, num_classes=source.num_classes, input_shape=model.input_shape[1:],
-                            **source.options)
+        twin = build_model(model.name, source.num_classes, model.input_shape[1:], dict(source.options))
     checkpoints.restore_model(source.checkpoint, twin, source.averaged)
     kept = [(ours, theirs) for ours, theirs in zip(weighted_layers(model), weighted_layers(twin))
             if ours.name != CLASSIFIER_LAYER]
@@ -333,8 +328,6 @@ def load_weights(model, weights, *, head: str = "keep", log=print) -> dict:
     classifier, which keeps its fresh initialization; for fine-tuning on other classes).
     Returns {"loaded": count, "skipped": [...], "data_config": DataConfig, "data_origin": str}.
     """
-    from tfcnn.models.registry import weight_map_of
-
     if head not in HEADS:
         raise ValueError(f"head must be one of {', '.join(HEADS)}, received: {head!r}")
     name = model.name

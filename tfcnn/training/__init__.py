@@ -8,8 +8,12 @@ __all__ = ["RECIPES", "NonFiniteLossError", "TrainConfig", "make_config", "train
 
 
 def __getattr__(name):
-    if name in ("NonFiniteLossError", "train"):
-        from tfcnn.training import trainer
+    if name == "train":
+        from tfcnn.training.run import train
 
-        return getattr(trainer, name)
+        return train
+    if name == "NonFiniteLossError":
+        from tfcnn.training.callbacks import NonFiniteLossError
+
+        return NonFiniteLossError
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -44,7 +44,7 @@ class RunLogger(tf.keras.callbacks.Callback):
         self.timed_steps = 0
         self.timed_seconds = 0.0
         self.start_time = self.mark_time = self.warmup_end_time = None
-        self.mark_step = plan.start_step
+        self.mark_step = self.last_step = plan.start_step
 
     def on_train_begin(self, logs=None):
         self.start_time = self.mark_time = time.perf_counter()
@@ -52,7 +52,7 @@ class RunLogger(tf.keras.callbacks.Callback):
             self.warmup_end_time = self.start_time
 
     def on_train_batch_end(self, batch, logs=None):
-        step = self.plan.start_step + batch + 1
+        step = self.last_step = self.plan.start_step + batch + 1
         warmup_end = self.plan.start_step + self.plan.config.benchmark_warmup_steps
         if step == warmup_end:
             float(logs["loss"])  # wait for the step to finish before starting the clock
@@ -99,7 +99,7 @@ class RunLogger(tf.keras.callbacks.Callback):
         end = time.perf_counter()
         self.total_seconds = end - self.start_time
         warmup = self.plan.config.benchmark_warmup_steps
-        steps = self.plan.total_steps - self.plan.start_step
+        steps = self.last_step - self.plan.start_step  # a stopped run ends before total_steps
         if steps > warmup and self.warmup_end_time is not None:
             self.timed_steps, self.timed_seconds = steps - warmup, end - self.warmup_end_time
 
@@ -128,11 +128,17 @@ class Checkpointer(tf.keras.callbacks.Callback):
     def __init__(self, trainer, manager, plan: Plan):
         super().__init__()
         self.trainer, self.manager, self.plan = trainer, manager, plan
+        self.saved_step = None
 
     def on_train_batch_end(self, batch, logs=None):
         step = self.plan.start_step + batch + 1
         every = self.plan.config.checkpoint_every
         if (every and step % every == 0) or self.plan.ends_epoch(step) or step == self.plan.total_steps:
+            self.save(step)
+
+    def save(self, step: int) -> str:
+        """The checkpoint of `step` (every rank calls this); its path. Written once per step."""
+        if self.saved_step != step:
             self.trainer.average_statistics_over_ranks()
             if not all_finite(self.trainer.model.variables):
                 raise NonFiniteLossError(
@@ -140,6 +146,8 @@ class Checkpointer(tf.keras.callbacks.Callback):
                     f"--lr or check the data; the last checkpoint holds the state before it")
             if distributed.is_chief():
                 self.manager.save(checkpoint_number=step)
+            self.saved_step = step
+        return os.path.join(self.manager.directory, f"ckpt-{step}")
 
 
 @tf.function

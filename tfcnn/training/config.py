@@ -4,7 +4,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from tfcnn.options import OPTIMIZERS, PRECISIONS, check_mixing, parse_policy
+from tfcnn.options import (DATA_BACKENDS, DEFAULT_STOP_SIGNALS, OPTIMIZERS, PRECISIONS, check_mixing, parse_policy,
+                           parse_signals)
 
 SCHEDULES = ("cosine", "step", "poly", "constant")
 ITER_UNITS = ("epoch", "batch")
@@ -15,9 +16,12 @@ IMAGENET_TRAIN_IMAGES = 1_281_167  # what an "epoch" of synthetic data counts
 class TrainConfig:
     model: str = "resnet50"
     data_dir: str | None = None  # None: synthetic data
+    data_backend: str = "tf"  # tf (tf.data), dali_cpu or dali_gpu (NVIDIA DALI)
     num_classes: int | None = None  # None: from labels.txt beside the shards, else 1000
     image_size: int | None = None  # None: the model's input size
-    batch_size: int = 256  # per GPU / process
+    batch_size: int = 256  # per GPU / process and micro-batch
+    grad_accum_steps: int = 1  # micro-batches per optimizer step (gradient accumulation)
+    optimizer_batch_size: int | None = None  # the global batch per optimizer step; sets grad_accum_steps
     num_iter: int = 90
     iter_unit: str = "epoch"
     precision: str = "fp32"
@@ -51,10 +55,22 @@ class TrainConfig:
     predict: bool = False  # evaluate on the validation split after training
     elastic: bool = False  # under horovodrun's elastic mode: survive lost workers, take in new ones
     elastic_commit_every: int = 50  # steps between in-memory commits of the elastic state (and at epoch ends)
+    stop_signals: str = DEFAULT_STOP_SIGNALS  # signals that stop the run cleanly at the next step (none: off)
+    max_minutes: float = 0.0  # stop the same way after this many minutes of training (0: no limit)
     recipe: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n"
+
+    @property
+    def stoppable(self) -> bool:
+        """Whether the run may stop early and cleanly: on a --stop_signals signal or at --max_minutes."""
+        return bool(parse_signals(self.stop_signals)) or self.max_minutes > 0
+
+    @property
+    def rank_batch(self) -> int:
+        """Images each rank reads per optimizer step: batch_size micro-batches, grad_accum_steps of them."""
+        return self.batch_size * self.grad_accum_steps
 
 
 # NVIDIA's DeepLearningExamples recipes (TensorFlow ResNet50 v1.5 / ResNeXt101 / SE-ResNeXt101, 90 epochs,
@@ -122,27 +138,29 @@ def make_config(recipe: str | None = None, **overrides) -> TrainConfig:
 def validate(config: TrainConfig) -> None:
     """Raises ValueError naming the flag and the received value."""
     choices = (("precision", PRECISIONS), ("optimizer", OPTIMIZERS), ("lr_schedule", SCHEDULES),
-               ("iter_unit", ITER_UNITS))
+               ("iter_unit", ITER_UNITS), ("data_backend", DATA_BACKENDS))
     for name, valid in choices:
         if getattr(config, name) not in valid:
             raise ValueError(f"--{name} must be one of {', '.join(valid)}, received: {getattr(config, name)!r}")
-    positive = ("batch_size", "num_iter", "display_every", "keep_checkpoints", "elastic_commit_every")
+    positive = ("batch_size", "num_iter", "display_every", "keep_checkpoints", "elastic_commit_every",
+                "grad_accum_steps")
     for name in positive:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"--{name} must be a positive integer, received: {value!r}")
-    for name in ("num_classes", "image_size"):
+    for name in ("num_classes", "image_size", "optimizer_batch_size"):
         value = getattr(config, name)
         if value is not None and (not isinstance(value, int) or value <= 0):
             raise ValueError(f"--{name} must be a positive integer, received: {value!r}")
     non_negative = ("lr", "warmup_epochs", "weight_decay", "momentum", "checkpoint_every",
-                    "benchmark_warmup_steps")
+                    "benchmark_warmup_steps", "max_minutes")
     for name in non_negative:
         if getattr(config, name) < 0:
             raise ValueError(f"--{name} must be >= 0, received: {getattr(config, name)!r}")
     if not 0 <= config.label_smoothing < 1:
         raise ValueError(f"--label_smoothing must be in [0, 1), received: {config.label_smoothing!r}")
     parse_policy(config.augment)
+    parse_signals(config.stop_signals)
     check_mixing(config.mixup, config.cutmix, config.mix_switch_prob)
     if not 0 <= config.ema_decay < 1:
         raise ValueError(f"--ema_decay must be in [0, 1) (0: off), received: {config.ema_decay!r}")

@@ -75,10 +75,10 @@ class Committer(tf.keras.callbacks.Callback):
             self.commit()
 
 
-def train_elastic(launch: Plan, callbacks=(), log=print):
+def train_elastic(launch: Plan, callbacks=(), log=print, stop=None):
     """Trains `launch` elastically. Returns (model, trainer, the progress summary of the last segment
     with `world_sizes`, the sizes it ran at). `log` is what rank 0 prints with: which process that is may
-    change at every re-forming."""
+    change at every re-forming. stop: a stopping.StopRequest, as for fit_segment."""
     config = launch.config
     images_seen = tf.Variable(launch.start_images, dtype=tf.int64, trainable=False, name="images_seen")
     global_batch = tf.Variable(launch.global_batch, dtype=tf.int64, trainable=False, name="global_batch")
@@ -93,8 +93,8 @@ def train_elastic(launch: Plan, callbacks=(), log=print):
     def run_once(commit):
         size = distributed.size()
         say = log if distributed.is_chief() else quiet
-        global_batch.assign(config.batch_size * size)
-        start_images, start_step, batch = int(images_seen.numpy()), int(trainer.step.numpy()), config.batch_size * size
+        global_batch.assign(config.rank_batch * size)
+        start_images, start_step, batch = int(images_seen.numpy()), int(trainer.step.numpy()), config.rank_batch * size
         remaining = math.ceil(max(total_images - start_images, 0) / batch)
         plan = dataclasses.replace(launch, global_batch=batch, start_step=start_step, start_images=start_images,
                                    total_steps=start_step + remaining,
@@ -114,7 +114,8 @@ def train_elastic(launch: Plan, callbacks=(), log=print):
             return {"start_step": start_step, "total_steps": start_step, "world_sizes": sizes}
         progress = fit_segment(trainer, checkpoint, plan, lambda step: schedule.at(plan.images_at(step - 1), batch),
                                before=[ImagesCounter(images_seen, global_batch)],
-                               after=[Committer(commit, config.elastic_commit_every, plan)], callbacks=callbacks)
+                               after=[Committer(commit, config.elastic_commit_every, plan)], callbacks=callbacks,
+                               stop=stop)
         return {**progress, "world_sizes": sizes}
 
     state = training_variables(trainer) + [images_seen, seed]

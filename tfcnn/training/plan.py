@@ -60,11 +60,11 @@ def make_plan(config: TrainConfig) -> Plan:
     validate(config)
     checkpoint = checkpoints.latest_checkpoint(config.log_dir) if config.log_dir else None
     options, data, init, init_classes = _starting_weights(config, checkpoint)
-    config = _resolve(config, data.input_size)
+    config = _resolve(_resolve_accumulation(config, distributed.size()), data.input_size)
     info = model_info(config.model)
     if config.image_size < info.min_size:
         raise ValueError(f"--image_size must be >= {info.min_size} for {config.model}, received: {config.image_size}")
-    global_batch = config.batch_size * distributed.size()
+    global_batch = config.rank_batch * distributed.size()
     if config.data_dir:
         records = pipeline.count_records(config.data_dir, pipeline.list_shards(config.data_dir, "train"))
     else:
@@ -77,8 +77,9 @@ def make_plan(config: TrainConfig) -> Plan:
     if config.elastic and config.iter_unit != "epoch":
         raise ValueError("--elastic needs --iter_unit epoch: how many images a batch is depends on the world size")
     if steps_per_epoch < 1:
+        accumulated = f" x {config.grad_accum_steps} accumulated" if config.grad_accum_steps > 1 else ""
         raise ValueError(f"{records} training images cannot fill one global batch of {global_batch} "
-                         f"(--batch_size {config.batch_size} x {distributed.size()} ranks)")
+                         f"(--batch_size {config.batch_size}{accumulated} x {distributed.size()} ranks)")
     total = config.num_iter * steps_per_epoch if config.iter_unit == "epoch" else config.num_iter
     # An elastic run counts epochs in records: the same on every rank whatever the world size.
     plan = Plan(config, global_batch, steps_per_epoch, total, data.replace(input_size=config.image_size), options,
@@ -125,6 +126,24 @@ def _starting_weights(config: TrainConfig, checkpoint: str | None):
     return options, DataConfig.from_dict(data), init, classes
 
 
+def _resolve_accumulation(config: TrainConfig, ranks: int) -> TrainConfig:
+    """grad_accum_steps from --optimizer_batch_size (the global batch an optimizer step sees), which must
+    be a multiple of --batch_size x ranks and agree with an explicit --grad_accum_steps."""
+    if config.optimizer_batch_size is None:
+        return config
+    per_step = config.batch_size * ranks
+    steps, remainder = divmod(config.optimizer_batch_size, per_step)
+    if remainder or steps < 1:
+        raise ValueError(f"--optimizer_batch_size {config.optimizer_batch_size} must be a multiple of --batch_size "
+                         f"{config.batch_size} x {ranks} rank(s) = {per_step}: each optimizer step accumulates "
+                         f"whole micro-batches on every rank")
+    if config.grad_accum_steps not in (1, steps):
+        raise ValueError(f"--grad_accum_steps {config.grad_accum_steps} contradicts --optimizer_batch_size "
+                         f"{config.optimizer_batch_size} ({steps} micro-batches of {config.batch_size} on {ranks} "
+                         f"rank(s)): give one of them")
+    return dataclasses.replace(config, grad_accum_steps=steps)
+
+
 def _resolve(config: TrainConfig, weights_input_size: int) -> TrainConfig:
     """Fills in num_classes, image_size and seed; checks them against a run already in --log_dir."""
     num_classes = config.num_classes or pipeline.num_classes_of(config.data_dir)
@@ -138,8 +157,8 @@ def _resolve(config: TrainConfig, weights_input_size: int) -> TrainConfig:
         seed = seed if config.elastic else distributed.broadcast_object(seed)
     if previous:
         for key, now in (("model", config.model), ("num_classes", num_classes), ("image_size", image_size),
-                         ("batch_size", config.batch_size)):
-            if previous.get(key) != now:
+                         ("batch_size", config.batch_size), ("grad_accum_steps", config.grad_accum_steps)):
+            if previous.get(key, 1 if key == "grad_accum_steps" else None) != now:  # older runs: no accumulation
                 raise ValueError(f"--log_dir {config.log_dir} holds a run with {key} {previous.get(key)!r}, not "
                                  f"--{key} {now!r}: use another --log_dir, or the same --{key} to resume")
     return dataclasses.replace(config, num_classes=num_classes, image_size=image_size, seed=seed)

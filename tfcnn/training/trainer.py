@@ -5,33 +5,39 @@ use_xla; Horovod's ops stay outside XLA), average the (still loss-scaled) gradie
 apply them. In fp16 the LossScaleOptimizer unscales and checks the *averaged* gradients, so every
 rank takes the same skip-or-apply decision and lowers the loss scale together.
 
+Gradient accumulation (accum_steps K > 1): the rank's batch holds K micro-batches; the step computes
+their gradients one after the other (a loop in the graph, so memory holds one micro-batch's activations
+and one sum of gradients), averages them, and allreduces once: one optimizer step, one collective, as a
+K times larger batch would, except that batch norm normalizes each micro-batch on its own and MixUp /
+CutMix pair the images within each micro-batch. An fp16 overflow in any micro-batch skips the step.
+
+The stop flag (tfcnn.training.stopping) rides in the same grouped allreduce as the gradients, so every
+rank learns in the same step whether any rank asked to stop.
+
 Side effects (printing, metrics.jsonl, TensorBoard, checkpoints, export) happen on rank 0; the
 collectives around them (metric averaging, batch-norm statistics averaging) run on every rank at the
-same steps, so no rank ever waits on another.
+same steps, so no rank ever waits on another. The run itself (train()) is tfcnn.training.run's.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import os
 
 import tensorflow as tf
 
 from tfcnn import checkpoints, distributed
-from tfcnn.data import pipeline, preprocessing
+from tfcnn.data import backends, pipeline, preprocessing
 from tfcnn.ema import WeightAverage
-from tfcnn.fileio import atomic_write_text
 from tfcnn.metrics import accuracy, count_correct
 from tfcnn.models import create_model
 from tfcnn.models.weights import load_weights
 from tfcnn.options import check_mixing
-from tfcnn.precision import hardware_notes, set_policy
-from tfcnn.training.callbacks import METRICS_FILE, Checkpointer, NonFiniteLossError, RunLogger
+from tfcnn.precision import set_policy
 from tfcnn.training import mixing
-from tfcnn.training.config import TrainConfig
+from tfcnn.training.callbacks import Checkpointer, RunLogger
 from tfcnn.training.optimizers import build_optimizer, decayed_variables, l2_penalty, optimizer_variables
-from tfcnn.training.plan import CONFIG_FILE, Plan, make_plan
+from tfcnn.training.plan import Plan
 from tfcnn.training.schedules import config_schedule
+from tfcnn.training.stopping import StopAgreement
 
 
 class ClassifierTrainer(tf.keras.Model):
@@ -40,7 +46,10 @@ class ClassifierTrainer(tf.keras.Model):
 
     def __init__(self, model, num_classes, *, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), label_smoothing=0.0,
                  weight_decay=0.0, coupled_l2=False, loss_scale=False, use_xla=False, grad_compression=False,
-                 stop_on_nonfinite=True, ema_decay=0.0, mixup=0.0, cutmix=0.0, mix_switch_prob=0.5, mix_seed=0):
+                 stop_on_nonfinite=True, ema_decay=0.0, mixup=0.0, cutmix=0.0, mix_switch_prob=0.5, mix_seed=0,
+                 accum_steps=1, stoppable=False):
+        """accum_steps: micro-batches per optimizer step (the batches fed hold that many). stoppable: carry
+        a stop flag in the gradient allreduce (tfcnn.training.stopping); the step's logs then say `stop`."""
         super().__init__(name="trainer")
         self.model = model
         self.num_classes = num_classes
@@ -62,6 +71,10 @@ class ClassifierTrainer(tf.keras.Model):
         check_mixing(mixup, cutmix, mix_switch_prob)
         self.mixing = (mixup, cutmix, mix_switch_prob) if mixup or cutmix else None
         self.mix_seed = int(mix_seed)
+        if isinstance(accum_steps, bool) or not isinstance(accum_steps, int) or accum_steps < 1:
+            raise ValueError(f"--grad_accum_steps must be a positive integer, received: {accum_steps!r}")
+        self.accum_steps = accum_steps
+        self.stop_flag = tf.Variable(0.0, trainable=False, name="stop_flag") if stoppable else None
 
     def keep_batch_on_device(self, images, labels):
         """Trains on this one batch at every step, held in variables on the compute device (a GPU when
@@ -110,12 +123,16 @@ class ClassifierTrainer(tf.keras.Model):
 
     def train_step(self, data):
         images, labels = self.fixed_batch or data
-        mix = None
-        if self.mixing:  # drawn outside the (maybe XLA-compiled) gradient function: no XLA Beta sampler
-            seed = tf.stack([tf.constant(self.mix_seed, tf.int64), self.step])  # resumes the same draws
-            mix = mixing.sample_mix(images.shape[1], images.shape[2], *self.mixing, seed)
-        loss, logits, grads, labels = self._gradients(images, labels, mix)
-        grads = distributed.average_gradients(grads, self.grad_compression)
+        if self.accum_steps == 1:
+            loss, logits, grads, labels = self._gradients(images, labels, self._mix(images, 0))
+            self.top1_metric.update_state(labels, logits)
+        else:
+            loss, grads = self.accumulated_gradients(images, labels)
+        if self.stop_flag is not None:  # one more scalar in the same allreduce: the stop agreement
+            *grads, stop = distributed.average_gradients(list(grads) + [self.stop_flag.read_value()],
+                                                         self.grad_compression)
+        else:
+            grads, stop = distributed.average_gradients(grads, self.grad_compression), None
         if self.loss_scale:  # unscale the averaged gradients; apply_gradients then checks them for inf/NaN
             grads = self.optimizer.get_unscaled_gradients(grads)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
@@ -126,8 +143,38 @@ class ClassifierTrainer(tf.keras.Model):
             first_bad = tf.logical_and(self.first_nonfinite_step < 0, tf.logical_not(tf.math.is_finite(loss)))
             self.first_nonfinite_step.assign(tf.where(first_bad, self.step, self.first_nonfinite_step))
         self.loss_metric.update_state(loss)
-        self.top1_metric.update_state(labels, logits)
-        return {"loss": self.loss_metric.result(), "top1": self.top1_metric.result()}
+        logs = {"loss": self.loss_metric.result(), "top1": self.top1_metric.result()}
+        if stop is not None:
+            logs["stop"] = stop > 0
+        return logs
+
+    def _mix(self, images, micro_batch):
+        """The MixUp / CutMix draw for one (micro-)batch, or None. Drawn outside the (maybe XLA-compiled)
+        gradient function: XLA has no Beta sampler. Seeded by the step and micro-batch, so a resumed run
+        draws the same."""
+        if not self.mixing:
+            return None
+        seed = tf.stack([tf.constant(self.mix_seed, tf.int64),
+                         self.step * self.accum_steps + tf.cast(micro_batch, tf.int64)])
+        return mixing.sample_mix(images.shape[-3], images.shape[-2], *self.mixing, seed)
+
+    def accumulated_gradients(self, images, labels):
+        """(mean loss, mean gradients) over the accum_steps micro-batches of a rank's batch, computed one
+        after the other in a graph loop; top-1 counts every micro-batch."""
+        k = self.accum_steps
+        micro = images.shape[0] // k
+        images = tf.reshape(images, [k, micro, *images.shape[1:]])
+        labels = tf.reshape(labels, [k, micro])
+        variables = self.model.trainable_variables
+
+        def body(i, loss_sum, grad_sums):
+            loss, logits, grads, counted = self._gradients(images[i], labels[i], self._mix(images[i], i))
+            self.top1_metric.update_state(counted, logits)
+            return i + 1, loss_sum + loss, [s + tf.convert_to_tensor(g) for s, g in zip(grad_sums, grads)]
+
+        _, loss_sum, grad_sums = tf.while_loop(
+            lambda i, *_: i < k, body, [tf.constant(0), tf.constant(0.0), [tf.zeros_like(v) for v in variables]])
+        return loss_sum / k, [g / k for g in grad_sums]
 
 
 def build_trainer(plan: Plan, log=print, lr=None, state=None, broadcast=True):
@@ -167,7 +214,8 @@ def build_trainer(plan: Plan, log=print, lr=None, state=None, broadcast=True):
                                 grad_compression=config.grad_compression, stop_on_nonfinite=config.precision == "fp32",
                                 ema_decay=config.ema_decay, mixup=config.mixup, cutmix=config.cutmix,
                                 mix_switch_prob=config.mix_switch_prob,
-                                mix_seed=config.seed + 7_000_003 * distributed.rank())  # each rank mixes its own way
+                                mix_seed=config.seed + 7_000_003 * distributed.rank(),  # each rank mixes its own way
+                                accum_steps=config.grad_accum_steps, stoppable=config.stoppable)
     trainer.compile(optimizer=optimizer)
     if hasattr(optimizer, "build"):
         optimizer.build(model.trainable_variables)  # create the slots now, so restore and broadcast see them
@@ -201,59 +249,16 @@ def training_variables(trainer) -> list:
     return trainer.model.variables + optimizer_variables(trainer.optimizer) + [trainer.step] + averages
 
 
-def train(config: TrainConfig, callbacks=()) -> dict:
-    """Runs (or resumes) a training run; returns its summary. Every rank calls this.
-
-    callbacks: extra Keras callbacks, run after tfcnn's own (logging, checkpoints) at every step; their
-    `self.model` is the ClassifierTrainer, whose `.model` is the zoo model.
-    """
-    distributed.init()
-    plan = make_plan(config)
-    config = plan.config
-    chief = distributed.is_chief()
-    log = print if chief else (lambda *_: None)
-    if plan.checkpoint and plan.start_step == plan.total_steps and not config.elastic:
-        log(f"tfcnn: the run in --log_dir {config.log_dir} is already complete at step {plan.start_step} "
-            f"of {plan.total_steps}: nothing to do. Pass a larger --num_iter to train it further, or "
-            f"another --log_dir to start a new run")
-        return {"complete": True, "start_step": plan.start_step, "total_steps": plan.total_steps}
-    if chief and config.log_dir:
-        os.makedirs(config.log_dir, exist_ok=True)
-        atomic_write_text(os.path.join(config.log_dir, CONFIG_FILE), config.to_json())
-    if chief:
-        _print_start(plan)
-    if config.elastic:
-        from tfcnn.training.elastic import train_elastic
-
-        model, trainer, progress = train_elastic(plan, callbacks)
-        chief = distributed.is_chief()  # rank 0 may be another process now
-    else:
-        model, optimizer, trainer, checkpoint, lr = build_trainer(plan, log)
-        progress = fit_segment(trainer, checkpoint, plan, lambda step: lr(step - 1), callbacks=callbacks)
-    summary = {"config": dataclasses.asdict(config), "steps_per_epoch": plan.steps_per_epoch,
-               "global_batch": plan.global_batch, "ranks": distributed.size(),
-               "data_config": plan.data_config.to_dict(), **progress}
-    trainer.average_statistics_over_ranks()  # without a --log_dir no checkpoint did it
-    with trainer.inference_weights():
-        if config.export_dir and chief:
-            from tfcnn.training.export import export_saved_model
-
-            summary["saved_model"] = export_saved_model(model, config.export_dir, config.data_dir)
-        if config.predict and chief:
-            summary["validation"] = predict(trainer, plan)
-    if chief:
-        summary["checkpoints"] = checkpoints.checkpoint_dir(config.log_dir) if config.log_dir else None
-        _print_summary(summary)
-    return summary
-
-
-def fit_segment(trainer, checkpoint, plan: Plan, lr_at, before=(), after=(), callbacks=()) -> dict:
+def fit_segment(trainer, checkpoint, plan: Plan, lr_at, before=(), after=(), callbacks=(), stop=None) -> dict:
     """Trains from plan.start_step to plan.total_steps on this rank's share of the data, from the epoch
-    position plan.start_images. Callbacks in order: `before`, progress, checkpoints, `after`, `callbacks`.
-    Returns the progress summary (start and total steps, final metrics, throughput)."""
+    position plan.start_images. Callbacks in order: `before`, progress, checkpoints, the stop agreement,
+    `after`, `callbacks`. stop: a stopping.StopRequest; when the ranks agree to stop, the segment ends
+    after that step, its checkpoint is written and every rank has waited for it.
+    Returns the progress summary (start and total steps, final metrics, throughput; `stopped`: the step
+    and the reason, when it stopped early)."""
     config = plan.config
-    dataset = pipeline.build_dataset(
-        config.data_dir, "train", config.batch_size, plan.image_size, num_classes=plan.num_classes,
+    dataset = backends.build_dataset(
+        config.data_backend, config.data_dir, "train", config.rank_batch, plan.image_size, num_classes=plan.num_classes,
         num_shards=distributed.size(), shard_index=distributed.rank(), augment=config.augment,
         seed=config.seed + 1_000_003 * distributed.rank(), start_step=plan.start_images // plan.global_batch)
     if config.data_dir is None:  # synthetic: the one generated batch stays on the device
@@ -261,57 +266,31 @@ def fit_segment(trainer, checkpoint, plan: Plan, lr_at, before=(), after=(), cal
         dataset = tf.data.Dataset.from_tensors(0).repeat()
     logger = RunLogger(trainer, trainer.optimizer, lr_at, plan)
     own = [*before, logger]
+    checkpointer = agreement = None
     if config.log_dir:
         manager = tf.train.CheckpointManager(checkpoint, checkpoints.checkpoint_dir(config.log_dir),
                                              max_to_keep=config.keep_checkpoints, checkpoint_name="ckpt")
-        own.append(Checkpointer(trainer, manager, plan))
+        checkpointer = Checkpointer(trainer, manager, plan)
+        own.append(checkpointer)
+    if stop is not None and trainer.stop_flag is not None:
+        agreement = StopAgreement(trainer, stop, plan.start_step)
+        own.append(agreement)
     with pipeline.corrupt_records_named(config.data_dir, "train", distributed.size(), distributed.rank()):
         trainer.fit(dataset, epochs=1, steps_per_epoch=plan.total_steps - plan.start_step,
                     callbacks=own + list(after) + list(callbacks), verbose=0)
-    return {"start_step": plan.start_step, "total_steps": plan.total_steps, **logger.summary()}
+    progress = {"start_step": plan.start_step, "total_steps": plan.total_steps, **logger.summary()}
+    if agreement and agreement.stopped_at:
+        step = agreement.stopped_at
+        saved = checkpointer.save(step) if checkpointer else None
+        distributed.allreduce(tf.constant(0.0), name="tfcnn_stop_saved")  # no rank exits before the save is done
+        progress["stopped"] = {"step": step, "reason": agreement.reason, "checkpoint": saved}
+    return progress
 
 
 def predict(trainer: ClassifierTrainer, plan: Plan) -> dict:
     """Top-1/top-5 of the trained model on the whole validation split, in this one process."""
     data = plan.data_config
-    dataset = pipeline.build_dataset(plan.config.data_dir, "validation", plan.config.batch_size, plan.image_size,
-                                     num_classes=plan.num_classes, crop_fraction=data.crop_fraction,
-                                     interpolation=data.interpolation)
+    dataset = backends.build_dataset(plan.config.data_backend, plan.config.data_dir, "validation",
+                                     plan.config.batch_size, plan.image_size, num_classes=plan.num_classes,
+                                     crop_fraction=data.crop_fraction, interpolation=data.interpolation)
     return accuracy(count_correct(lambda images: trainer(images, training=False), dataset))
-
-
-def _print_start(plan: Plan):
-    c = plan.config
-    data = c.data_dir or "synthetic data"
-    print(f"tfcnn: training {c.model} ({plan.num_classes} classes, {plan.image_size} px) on {data}; "
-          f"{distributed.size()} rank(s) x batch {c.batch_size} = global batch {plan.global_batch}; "
-          f"{c.precision}{' + XLA' if c.use_xla else ''}; {c.optimizer}, lr {c.lr} per 256 -> "
-          f"{c.lr * plan.global_batch / 256:g} ({c.lr_schedule}, {c.warmup_epochs:g} warmup epochs); "
-          f"{plan.total_steps} steps ({plan.steps_per_epoch} per epoch)"
-          + (f"; resuming from {plan.checkpoint} at step {plan.start_step}" if plan.checkpoint else "")
-          + ("; --init_weights ignored: resuming takes precedence" if plan.checkpoint and c.init_weights else ""),
-          flush=True)
-    for note in hardware_notes(c.precision, c.use_xla):
-        print(f"tfcnn: {note}", flush=True)
-
-
-def _print_summary(s: dict):
-    lines = [f"done: steps {s['start_step']}-{s['total_steps']} in {s['train_seconds']:.1f} s"]
-    if "img_per_sec" in s:
-        lines.append(f"  throughput: {s['img_per_sec']:.1f} img/s (global, mean over {s['img_per_sec_steps']} steps, "
-                     f"excluding {s['config']['benchmark_warmup_steps']} warmup steps)")
-    else:
-        lines.append(f"  throughput: not measured: the run had no more steps than its "
-                     f"{s['config']['benchmark_warmup_steps']} warmup steps")
-    if s["final"]:
-        lines.append(f"  final loss {s['final']['loss']:.4f}, top1 {100 * s['final']['top1']:.2f}% (training batches)")
-    if "validation" in s:
-        v = s["validation"]
-        lines.append(f"  validation: top1 {100 * v['top1']:.2f}%, top5 {100 * v['top5']:.2f}% over {v['count']} images")
-    log_dir = s["config"]["log_dir"]
-    if log_dir:
-        lines.append(f"  logs: {log_dir} ({METRICS_FILE}, tensorboard/, {CONFIG_FILE}); checkpoints: {s['checkpoints']}")
-    if "saved_model" in s:
-        lines.append(f"  SavedModel: {s['saved_model']}")
-    print("\n".join(lines), flush=True)
-

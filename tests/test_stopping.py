@@ -1,0 +1,234 @@
+"""Cluster-ready training: clean stops on a signal or a time limit (every rank at the same step, the
+checkpoint of that step, exit status 75, an exact resume) and gradient accumulation (K micro-batches of
+b are one step of K x b)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfcnn import checkpoints
+from tfcnn.training import make_config, train
+from tfcnn.training.stopping import PREEMPTED_EXIT_CODE, StopRequest
+
+from launchers import HOROVODRUN_GLOO, MPIEXEC, logged_steps, needs_mpi, wait_for, worker_processes
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROBE = os.path.join(REPO, "tests", "scripts", "train_probe.py")
+TRAIN_PY = os.path.join(REPO, "examples", "train.py")
+TINY = dict(model="resnet18", image_size=32, batch_size=8, warmup_epochs=0, lr=0.5, benchmark_warmup_steps=0,
+            display_every=1, iter_unit="batch", seed=5, checkpoint_every=0)
+
+
+# ------------------------------------------------------------------------------------------ flags
+
+@pytest.mark.parametrize("overrides, match", [
+    (dict(grad_accum_steps=0), r"--grad_accum_steps must be a positive integer, received: 0"),
+    (dict(optimizer_batch_size=-8), r"--optimizer_batch_size must be a positive integer, received: -8"),
+    (dict(stop_signals="TERM,KILL"), r"--stop_signals must be none or .* received: 'TERM,KILL' \(unknown: KILL\)"),
+    (dict(stop_signals=""), r"--stop_signals must be none or"),
+    (dict(max_minutes=-1.0), r"--max_minutes must be >= 0, received: -1.0"),
+])
+def test_bad_accumulation_and_stop_flags_name_the_flag(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        make_config(**overrides)
+
+
+def test_optimizer_batch_size_must_be_whole_micro_batches(stripes):
+    with pytest.raises(ValueError, match=r"--optimizer_batch_size 100 must be a multiple of --batch_size 8 x 1 "
+                                         r"rank\(s\) = 8"):
+        train(make_config(**TINY, data_dir=stripes, num_iter=1, optimizer_batch_size=100))
+    with pytest.raises(ValueError, match=r"--grad_accum_steps 3 contradicts --optimizer_batch_size 32 \(4 micro-batches"):
+        train(make_config(**TINY, data_dir=stripes, num_iter=1, optimizer_batch_size=32, grad_accum_steps=3))
+
+
+def test_signal_names_are_parsed_and_the_handlers_put_back():
+    from tfcnn.options import parse_signals
+
+    assert parse_signals("sigterm, USR1,term") == ("TERM", "USR1") and parse_signals("NONE") == ()
+    before = signal.getsignal(signal.SIGUSR1)
+    with StopRequest("USR1,INT", log=lambda *_: None) as request:
+        assert request.reason() is None
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGUSR1)  # a second one changes nothing
+        assert request.reason() == "SIGUSR1"
+        with pytest.raises(KeyboardInterrupt):  # but Ctrl-C after that means: out, now
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGUSR1) is before
+    with StopRequest("none", max_minutes=1e-6) as request:
+        time.sleep(0.01)
+        assert request.reason() == "the --max_minutes 1e-06 time limit"
+
+
+# -------------------------------------------------------------------------------- accumulation
+
+def _alexnet_without_dropout(directory, num_classes=2, size=63):
+    """A tfcnn checkpoint of AlexNet (no batch norm) built without dropout: training from it gives runs
+    whose only randomness is the data's, so a larger batch and its accumulated micro-batches can be compared."""
+    from tfcnn.models import create_model
+
+    tf.keras.utils.set_random_seed(11)
+    model = create_model("alexnet", num_classes=num_classes, input_shape=(size, size, 3), dropout_rate=0.0)
+    manager = tf.train.CheckpointManager(checkpoints.make_checkpoint(model), os.path.join(directory, "checkpoints"),
+                                         max_to_keep=1, checkpoint_name="ckpt")
+    manager.save(checkpoint_number=0)
+    return str(directory)
+
+
+def _train_recording_weights(config):
+    """(summary, the trainable weights at the start, at the end)."""
+    weights = []
+    snapshot = lambda logs: weights.append([v.numpy() for v in grab.model.model.trainable_variables])  # noqa: E731
+    grab = tf.keras.callbacks.LambdaCallback(on_train_begin=snapshot, on_train_end=snapshot)
+    summary = train(make_config(**config), callbacks=[grab])
+    return summary, *weights
+
+
+@pytest.mark.slow
+def test_accumulated_micro_batches_equal_one_large_batch(stripes, tmp_path):
+    """4 micro-batches of 8 (asked for as --optimizer_batch_size 32) and one batch of 32: the same images,
+    the same learning rate, the same weights after three optimizer steps."""
+    init = _alexnet_without_dropout(tmp_path / "init")
+    common = dict(TINY, model="alexnet", image_size=63, data_dir=stripes, num_iter=3, lr=0.4, init_weights=init,
+                  weight_decay=1e-4, label_smoothing=0.1)
+    large, initial, expected = _train_recording_weights(dict(common, batch_size=32))
+    accumulated, _, weights = _train_recording_weights(dict(common, batch_size=8, optimizer_batch_size=32,
+                                                            log_dir=str(tmp_path / "run")))
+    assert large["global_batch"] == accumulated["global_batch"] == 32
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["grad_accum_steps"] == 4
+    assert all(not np.allclose(a, b) for a, b in zip(initial, expected))  # every weight trained
+    for got, want in zip(weights, expected):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    lr = [json.loads(line)["lr"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert lr[0] == pytest.approx(0.4 * 32 / 256)  # the peak rate is that of the global batch of 32
+
+
+def run_probe(launcher, config, out_dir, *extra, timeout=600):
+    cmd = launcher + [sys.executable, PROBE, json.dumps(config), str(out_dir), *extra]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_two_ranks_accumulating_equal_two_ranks_with_the_larger_batch(stripes, tmp_path):
+    """-np 2 x 2 micro-batches of 8 and -np 2 x 16: one allreduce per optimizer step, the same weights."""
+    init = _alexnet_without_dropout(tmp_path / "init")
+    common = dict(TINY, model="alexnet", image_size=63, data_dir=stripes, num_iter=2, lr=0.4, init_weights=init)
+    out = run_probe(HOROVODRUN_GLOO, dict(common, batch_size=8, grad_accum_steps=2), tmp_path / "accumulated")
+    assert "2 rank(s) x batch 8 x 2 accumulated = global batch 32" in out
+    run_probe(HOROVODRUN_GLOO, dict(common, batch_size=16), tmp_path / "large")
+    for rank in (0, 1):
+        got, want = np.load(tmp_path / "accumulated" / f"rank{rank}.npz"), np.load(tmp_path / "large" / f"rank{rank}.npz")
+        assert got["steps"].tolist() == want["steps"].tolist() == [1, 2]
+        for key in (k for k in want.files if k.startswith("w")):
+            np.testing.assert_allclose(got[key], want[key], rtol=2e-5, atol=2e-6, err_msg=key)
+
+
+# ------------------------------------------------------------------------------------- stopping
+
+def _start(launcher, config, out_dir, log_path, script=PROBE):
+    """The run in the background, its output to log_path. horovodrun kills its workers 5 s after passing
+    them SIGTERM; a busy test machine may need longer to finish the step and the save (tfcnn's Horovod
+    patch 09 makes that time configurable)."""
+    args = [json.dumps(config), str(out_dir)] if script == PROBE else config
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HOROVOD_GRACEFUL_TERMINATION_TIME_S": "60"}
+    return subprocess.Popen(launcher + [sys.executable, script, *args], stdout=open(log_path, "w"),
+                            stderr=subprocess.STDOUT, cwd=REPO, env=env)
+
+
+def _signal_repeatedly(process, sig, times=8, interval=0.25):
+    """Sends `sig` to `process` now and again while it stops: a repeated signal must not spoil the stop."""
+    def send():
+        for _ in range(times):
+            try:
+                process.send_signal(sig)
+            except Exception:  # gone: stopped already
+                return
+            time.sleep(interval)
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+def _stopped_step(output):
+    line = next(line for line in output.splitlines() if "stopped at step" in line)
+    return int(line.split("stopped at step ")[1].split()[0])
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_worker_or_to_horovodrun_stops_all_ranks_at_one_step_and_resumes_exactly(stripes, tmp_path):
+    """horovodrun -np 2, stopped twice on its way: SIGTERM (several, while it stops) to rank 1 alone, then,
+    in the resumed run, to horovodrun (which passes SIGTERM to every worker). Each time both ranks stop
+    after the same step, rank 0 writes that step's checkpoint, every rank exits 75 (horovodrun reports any
+    non-zero worker as its own status 1), and the run resumed to its end has the weights of an
+    uninterrupted one, bit for bit (with RandAugment and MixUp on)."""
+    total = 16
+    base = dict(TINY, data_dir=stripes, num_iter=total, augment="randaugment:2,9", mixup=0.2)
+    run_probe(HOROVODRUN_GLOO, dict(base, log_dir=str(tmp_path / "straight")), tmp_path / "straight_out")
+    reference = np.load(tmp_path / "straight_out" / "rank0.npz")
+    log_dir, stop = tmp_path / "run", 0
+    for target in ("worker", "launcher"):
+        log_path = tmp_path / f"{target}.log"
+        job = _start(HOROVODRUN_GLOO, dict(base, log_dir=str(log_dir)), tmp_path / f"{target}_out", log_path)
+        wait_for(lambda: max(logged_steps(log_dir), default=0) >= stop + 3, f"3 steps of the run the {target} stops")
+        signalled_at = max(logged_steps(log_dir))
+        if target == "worker":
+            victim = next(p for (host, rank), p in worker_processes(job.pid).items() if rank == 1)
+            _signal_repeatedly(victim, signal.SIGTERM)
+        else:
+            job.send_signal(signal.SIGTERM)
+        job.wait(timeout=120)
+        out = log_path.read_text()
+        assert job.returncode == 1, out[-3000:]  # horovodrun's own status for a worker that exited non-zero
+        assert "exit with status code 75" in out and "[1]<stdout>:tfcnn: SIGTERM received" in out, out[-3000:]
+        stop = _stopped_step(out)
+        assert signalled_at < stop < total, (signalled_at, stop)
+        latest = checkpoints.latest_checkpoint(str(log_dir))
+        assert latest.endswith(f"ckpt-{stop}") and checkpoints.describe(latest).step == stop  # complete
+    resumed = run_probe(HOROVODRUN_GLOO, dict(base, log_dir=str(log_dir)), tmp_path / "resumed")
+    assert f"at step {stop}" in resumed
+    final = np.load(tmp_path / "resumed" / "rank0.npz")
+    assert final["steps"][0] == stop + 1 and final["steps"][-1] == total
+    for key in (k for k in reference.files if k.startswith("w")):
+        np.testing.assert_array_equal(final[key], reference[key], err_msg=key)
+
+
+@needs_mpi
+@pytest.mark.slow
+def test_sigusr1_to_mpiexec_stops_with_status_75(stripes, tmp_path):
+    """OpenMPI's mpiexec forwards SIGUSR1 to every rank and returns the ranks' status: examples/train.py's 75."""
+    log_dir, log_path = tmp_path / "run", tmp_path / "job.log"
+    args = ["--model=resnet18", f"--data_dir={stripes}", "--image_size=32", "--batch_size=8", "--num_iter=500",
+            "--iter_unit=batch", "--display_every=1", "--warmup_epochs=0", f"--log_dir={log_dir}"]
+    job = _start(MPIEXEC, args, None, log_path, script=TRAIN_PY)
+    wait_for(lambda: max(logged_steps(log_dir), default=0) >= 3, "step 3")
+    job.send_signal(signal.SIGUSR1)
+    job.wait(timeout=120)
+    out = log_path.read_text()
+    assert job.returncode == PREEMPTED_EXIT_CODE, out[-3000:]
+    stop = _stopped_step(out)
+    assert checkpoints.latest_checkpoint(str(log_dir)).endswith(f"ckpt-{stop}")
+    assert out.count("SIGUSR1 received") == 2, out[-3000:]  # both ranks
+
+
+def test_time_limit_stops_with_status_75_and_the_rerun_finishes(stripes, tmp_path):
+    """--max_minutes: a plain single-process run stops cleanly at the limit; the same command without it
+    (or with a later limit) resumes and completes."""
+    args = [sys.executable, TRAIN_PY, "--model=resnet18", f"--data_dir={stripes}", "--image_size=32",
+            "--batch_size=8", "--num_iter=6", "--iter_unit=batch", "--warmup_epochs=0", "--display_every=1",
+            f"--log_dir={tmp_path}", "--max_minutes=0.0001"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == PREEMPTED_EXIT_CODE, done.stdout[-2000:] + done.stderr[-2000:]
+    stop = _stopped_step(done.stdout)
+    assert "the --max_minutes 0.0001 time limit" in done.stdout and stop < 6
+    assert checkpoints.latest_checkpoint(str(tmp_path)).endswith(f"ckpt-{stop}")
+    again = subprocess.run(args[:-1], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"done: steps {stop}-6" in again.stdout

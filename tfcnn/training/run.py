@@ -1,0 +1,119 @@
+"""train(config): one training run from its plan to its summary, on every rank.
+
+Resolves the plan, trains it (tfcnn.training.trainer; under --elastic through tfcnn.training.elastic,
+which builds on the trainer), stops cleanly on a stop signal or the time limit (tfcnn.training.stopping),
+then exports and evaluates on rank 0. Above both the trainer and the elastic driver, which import
+neither this module nor each other's users.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from tfcnn import checkpoints, distributed
+from tfcnn.fileio import atomic_write_text
+from tfcnn.precision import hardware_notes
+from tfcnn.training.callbacks import METRICS_FILE
+from tfcnn.training.config import TrainConfig
+from tfcnn.training.elastic import train_elastic
+from tfcnn.training.plan import CONFIG_FILE, Plan, make_plan
+from tfcnn.training.stopping import StopRequest
+from tfcnn.training.trainer import build_trainer, fit_segment, predict
+
+
+def train(config: TrainConfig, callbacks=()) -> dict:
+    """Runs (or resumes) a training run; returns its summary. Every rank calls this.
+
+    callbacks: extra Keras callbacks, run after tfcnn's own (logging, checkpoints) at every step; their
+    `self.model` is the ClassifierTrainer, whose `.model` is the zoo model.
+    A run stopped by --stop_signals or --max_minutes returns with `preempted` (the step, the reason, the
+    checkpoint written at that step) and without export or evaluation: it is not done.
+    """
+    distributed.init()
+    plan = make_plan(config)
+    config = plan.config
+    chief = distributed.is_chief()
+    log = print if chief else (lambda *_: None)
+    if plan.checkpoint and plan.start_step == plan.total_steps and not config.elastic:
+        log(f"tfcnn: the run in --log_dir {config.log_dir} is already complete at step {plan.start_step} "
+            f"of {plan.total_steps}: nothing to do. Pass a larger --num_iter to train it further, or "
+            f"another --log_dir to start a new run")
+        return {"complete": True, "start_step": plan.start_step, "total_steps": plan.total_steps}
+    if chief and config.log_dir:
+        os.makedirs(config.log_dir, exist_ok=True)
+        atomic_write_text(os.path.join(config.log_dir, CONFIG_FILE), config.to_json())
+    if chief:
+        _print_start(plan)
+    with StopRequest(config.stop_signals, config.max_minutes) as stop:
+        if config.elastic:
+            model, trainer, progress = train_elastic(plan, callbacks, stop=stop)
+            chief = distributed.is_chief()  # rank 0 may be another process now
+        else:
+            model, optimizer, trainer, checkpoint, lr = build_trainer(plan, log)
+            progress = fit_segment(trainer, checkpoint, plan, lambda step: lr(step - 1), callbacks=callbacks,
+                                   stop=stop)
+    summary = {"config": dataclasses.asdict(config), "steps_per_epoch": plan.steps_per_epoch,
+               "global_batch": plan.global_batch, "ranks": distributed.size(),
+               "data_config": plan.data_config.to_dict(), **progress}
+    if "stopped" in progress:
+        summary["preempted"] = summary.pop("stopped")
+        if chief:
+            _print_stop(summary)
+        return summary
+    trainer.average_statistics_over_ranks()  # without a --log_dir no checkpoint did it
+    with trainer.inference_weights():
+        if config.export_dir and chief:
+            from tfcnn.training.export import export_saved_model
+
+            summary["saved_model"] = export_saved_model(model, config.export_dir, config.data_dir)
+        if config.predict and chief:
+            summary["validation"] = predict(trainer, plan)
+    if chief:
+        summary["checkpoints"] = checkpoints.checkpoint_dir(config.log_dir) if config.log_dir else None
+        _print_summary(summary)
+    return summary
+
+
+def _print_start(plan: Plan):
+    c = plan.config
+    data = c.data_dir or "synthetic data"
+    accumulated = f" x {c.grad_accum_steps} accumulated" if c.grad_accum_steps > 1 else ""
+    print(f"tfcnn: training {c.model} ({plan.num_classes} classes, {plan.image_size} px) on {data}; "
+          f"{distributed.size()} rank(s) x batch {c.batch_size}{accumulated} = global batch {plan.global_batch}; "
+          f"{c.precision}{' + XLA' if c.use_xla else ''}; {c.optimizer}, lr {c.lr} per 256 -> "
+          f"{c.lr * plan.global_batch / 256:g} ({c.lr_schedule}, {c.warmup_epochs:g} warmup epochs); "
+          f"{plan.total_steps} steps ({plan.steps_per_epoch} per epoch)"
+          + (f"; resuming from {plan.checkpoint} at step {plan.start_step}" if plan.checkpoint else "")
+          + ("; --init_weights ignored: resuming takes precedence" if plan.checkpoint and c.init_weights else ""),
+          flush=True)
+    for note in hardware_notes(c.precision, c.use_xla):
+        print(f"tfcnn: {note}", flush=True)
+
+
+def _print_stop(s: dict):
+    stop = s["preempted"]
+    where = (f"its checkpoint: {stop['checkpoint']}; rerun the same command to resume from it" if stop["checkpoint"]
+             else "nothing was saved (no --log_dir)")
+    print(f"tfcnn: stopped at step {stop['step']} of {s['total_steps']} ({stop['reason']}), agreed by every rank; "
+          f"{where}", flush=True)
+
+
+def _print_summary(s: dict):
+    lines = [f"done: steps {s['start_step']}-{s['total_steps']} in {s['train_seconds']:.1f} s"]
+    if "img_per_sec" in s:
+        lines.append(f"  throughput: {s['img_per_sec']:.1f} img/s (global, mean over {s['img_per_sec_steps']} steps, "
+                     f"excluding {s['config']['benchmark_warmup_steps']} warmup steps)")
+    else:
+        lines.append(f"  throughput: not measured: the run had no more steps than its "
+                     f"{s['config']['benchmark_warmup_steps']} warmup steps")
+    if s["final"]:
+        lines.append(f"  final loss {s['final']['loss']:.4f}, top1 {100 * s['final']['top1']:.2f}% (training batches)")
+    if "validation" in s:
+        v = s["validation"]
+        lines.append(f"  validation: top1 {100 * v['top1']:.2f}%, top5 {100 * v['top5']:.2f}% over {v['count']} images")
+    log_dir = s["config"]["log_dir"]
+    if log_dir:
+        lines.append(f"  logs: {log_dir} ({METRICS_FILE}, tensorboard/, {CONFIG_FILE}); checkpoints: {s['checkpoints']}")
+    if "saved_model" in s:
+        lines.append(f"  SavedModel: {s['saved_model']}")
+    print("\n".join(lines), flush=True)
