@@ -1,16 +1,16 @@
-# tfcnn GPU image: CUDA 12.2 + cuDNN 8.9 (what tensorflow[and-cuda]==2.15.1 is built for), Python 3.11,
-# OpenMPI, and Horovod 0.28.1 compiled with NCCL against TensorFlow 2.15.1.
+# tfcnn GPU image, the default lane: CUDA 12.5.1 + cuDNN 9 (what tensorflow[and-cuda]==2.21.0 is built for),
+# Python 3.11, OpenMPI, and Horovod 0.28.1 compiled with NCCL against TensorFlow 2.21 with tfcnn's patches.
 #   docker build -t tfcnn .
 #   docker run --gpus all --ipc=host --ulimit memlock=-1 -v /data/imagenet/tfrecords:/data tfcnn \
 #       horovodrun -np 8 python examples/train.py --model resnet50 --recipe resnet50_90e --precision fp16 --data_dir /data
-# The devel image brings nvcc and the NCCL headers Horovod compiles against.
-FROM nvidia/cuda:12.2.2-cudnn8-devel-ubuntu22.04
+# The devel image brings nvcc, the CUDA headers and NCCL, which Horovod (and DALI's TensorFlow plugin) compile against.
+FROM nvidia/cuda:12.5.1-cudnn-devel-ubuntu22.04
 
 ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8
 RUN apt-get update && apt-get install -y --no-install-recommends software-properties-common \
     && add-apt-repository -y ppa:deadsnakes/ppa && apt-get update \
     && apt-get install -y --no-install-recommends python3.11 python3.11-venv python3.11-dev \
-       g++ cmake make git libopenmpi-dev openmpi-bin \
+       g++ cmake make patch git libopenmpi-dev openmpi-bin \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /workspace/tfcnn

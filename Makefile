@@ -5,7 +5,8 @@
 # Two lanes (README "Install"): TF=2.21, the default on every Python it supports (3.10-3.13), in .venv/;
 # TF=2.15 (Python 3.9-3.11, tensorflow-addons) in .venv-tf2.15/. Each has its own venv.
 SHELL := /bin/bash
-PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3.10; do command -v $$p >/dev/null && { echo $$p; break; }; done)
+# The first of these that runs (a pyenv shim of a version not selected exists but does not run).
+PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3.10; do $$p -c '' 2>/dev/null && { echo $$p; break; }; done)
 PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 TF ?= 2.21
 ifeq ($(TF),2.21)
@@ -50,9 +51,10 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 2 ? 2 :
 HAS_MPI := $(shell mpicxx --version >/dev/null 2>&1 && echo 1 || echo 0)
 # An NVIDIA GPU decides between tensorflow-cpu and tensorflow[and-cuda] (with NCCL in Horovod).
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
-# The built Horovod wheel fits only what it was built against: one cache directory per kind of build.
+# The built Horovod wheel fits only what it was built against: one cache directory per kind of build (the
+# patches' diff lines count, their '#' header lines do not).
 HOROVOD_CACHE := $${XDG_CACHE_HOME:-$$HOME/.cache}/tfcnn/horovod-$(HOROVOD_VERSION)-tf$(TF_VERSION)-py$(PY_VERSION)-$(if \
-  $(filter 1,$(HAS_GPU)),gpu,cpu)$(if $(filter 1,$(HAS_MPI)),-mpi)-patches$(shell cat $(HOROVOD_PATCHES) | cksum | cut -d' ' -f1)
+  $(filter 1,$(HAS_GPU)),gpu,cpu)$(if $(filter 1,$(HAS_MPI)),-mpi)-patches$(shell grep -hv '^\#' $(HOROVOD_PATCHES) | cksum | cut -d' ' -f1)
 
 .PHONY: install test demo bench clean
 BENCH_RESULTS ?= bench/results
