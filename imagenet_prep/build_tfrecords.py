@@ -207,7 +207,9 @@ def convert_shard(output_dir: str, name: str, items: list[Item], resize: ResizeS
             for item in items:
                 example = _convert_item(item, resize, quality, result)
                 if example is not None:
-                    writer.write(example.SerializeToString())
+                    # deterministic: protobuf >= 5 writes a map's entries in a per-process order otherwise,
+                    # and a rerun or another worker count must give byte-identical shards
+                    writer.write(example.SerializeToString(deterministic=True))
                     result.written += 1
         os.replace(tmp, final)
     finally:
