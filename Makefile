@@ -2,6 +2,9 @@
 #   make install   create the lane's venv, install TensorFlow, build Horovod against it, install tfcnn
 #   make test      install if needed, then run the test suite
 #   make demo      install if needed, then generate, convert, train, evaluate and export end to end
+# Optional extras, added to a lane's venv by `make install DALI=1 ONNX=1` (README "DALI" and "Export"):
+# NVIDIA DALI with its TensorFlow plugin (--data_backend dali_cpu|dali_gpu); tf2onnx and ONNX Runtime
+# (python -m tfcnn.export --format onnx).
 # Two lanes (README "Install"): TF=2.21, the default on every Python it supports (3.10-3.13), in .venv/;
 # TF=2.15 (Python 3.9-3.11, tensorflow-addons) in .venv-tf2.15/. Each has its own venv.
 SHELL := /bin/bash
@@ -18,6 +21,9 @@ ifeq ($(TF),2.21)
   LANE_PACKAGES := tensorboard~=2.21.0 "numpy>=1.26,<3"
   LANE_NO_DEPS := tf_keras==2.21.0
   LANE_ENV := os.environ.setdefault("TF_USE_LEGACY_KERAS", "1");
+  # onnxruntime 1.32 has wheels for Python >= 3.11; 1.23 is the last for 3.10.
+  LANE_ONNX := tf2onnx==1.17.0 onnx==1.23.2 "onnxruntime==1.32.0; python_version >= '3.11'" \
+    "onnxruntime==1.23.2; python_version < '3.11'"
   VENV ?= .venv
 else ifeq ($(TF),2.15)
   # The newest TensorFlow Horovod 0.28.1 builds against unpatched, with Keras 2 built in and
@@ -28,6 +34,9 @@ else ifeq ($(TF),2.15)
   LANE_NO_DEPS :=
   # No legacy-Keras switch here: it makes TensorFlow 2.15 look for tf_keras, which this lane does not have.
   LANE_ENV :=
+  # TensorFlow 2.15 needs protobuf < 5 and numpy < 2, which onnx <= 1.18 still accepts.
+  LANE_ONNX := tf2onnx==1.17.0 onnx==1.18.0 "protobuf>=4.25,<5" "numpy>=1.26,<2" \
+    "onnxruntime==1.32.0; python_version >= '3.11'" "onnxruntime<1.24; python_version < '3.11'"
   VENV ?= .venv-tf2.15
 else ifeq ($(TF),2.17)
   $(error tfcnn: the TF 2.17 lane was retired: TF 2.21 (the default, Python 3.10-3.13) replaces it; run 'make install' (or 'make install TF=2.15' for TensorFlow 2.15 and tensorflow-addons))
@@ -42,6 +51,11 @@ STAMP := $(VENV)/.tfcnn-installed
 LANE_ID := TensorFlow $(TF_VERSION), Python $(PY_VERSION)
 HOROVOD_VERSION := 0.28.1
 HOROVOD_PATCHES := $(sort $(wildcard patches/horovod-$(HOROVOD_VERSION)/*.patch))
+DALI ?= 0
+ONNX ?= 0
+# DALI 2.4.0's TensorFlow plugin builds against both lanes' TensorFlow (README "DALI").
+DALI_VERSION := 2.4.0
+EXTRAS := $(if $(filter 1,$(DALI)),$(VENV)/.tfcnn-dali) $(if $(filter 1,$(ONNX)),$(VENV)/.tfcnn-onnx)
 TESTS ?= tests
 PYTEST_ARGS ?=
 # Test processes: most tests are single-threaded Python (model building, process start-up), so two
@@ -59,7 +73,7 @@ HOROVOD_CACHE := $${XDG_CACHE_HOME:-$$HOME/.cache}/tfcnn/horovod-$(HOROVOD_VERSI
 .PHONY: install test demo bench clean
 BENCH_RESULTS ?= bench/results
 
-install: $(STAMP)
+install: $(STAMP) $(EXTRAS)
 	@# OpenMPI installed after Horovod was built: build it again, now with MPI.
 	@if [ "$(HAS_MPI)" = 1 ] && ! TF_CPP_MIN_LOG_LEVEL=2 $(PY) -c "import sys, horovod.tensorflow as h; \
 	   sys.exit(0 if h.mpi_built() else 1)" 2>/dev/null; then rm -f $(STAMP); $(MAKE) --no-print-directory $(STAMP); fi
@@ -94,6 +108,15 @@ $(STAMP): setup.py Makefile $(HOROVOD_PATCHES) patches/build_horovod.sh
 	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tfcnn-env.pth"
 	@touch $(STAMP)
 
+# The extras: each its own stamp in the venv, made again when the lane's install is.
+$(VENV)/.tfcnn-onnx: $(STAMP)
+	$(PIP) install $(LANE_ONNX)
+	@touch $@
+
+$(VENV)/.tfcnn-dali: $(STAMP) patches/install_dali.sh
+	bash patches/install_dali.sh $(PY) $(DALI_VERSION)
+	@touch $@
+
 test: install
 	$(VENV)/bin/python -m pytest $(TESTS) -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
@@ -108,6 +131,7 @@ bench: install
 	$(PY) bench/prep_conversion.py --output $(BENCH_RESULTS)/prep_conversion.json
 	$(PY) bench/inference.py --output $(BENCH_RESULTS)/inference.json
 	$(PY) bench/memory.py --output $(BENCH_RESULTS)/memory.json
+	$(PY) bench/stop_agreement.py --output $(BENCH_RESULTS)/stop_agreement.json
 
 clean:
 	rm -rf .venv .venv-tf2.15 build *.egg-info .pytest_cache

@@ -24,6 +24,12 @@ setup(
         "matplotlib>=3.7,<3.10",
         "safetensors>=0.4",
     ],
-    extras_require={"dev": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3.5"]},
+    extras_require={
+        "dev": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3.5"],
+        # ONNX export (python -m tfcnn.export --format onnx); `make install ONNX=1` pins them per lane (TF 2.15
+        # needs protobuf < 5 and numpy < 2). DALI is not an extra: its TensorFlow plugin must be installed with
+        # --no-build-isolation against the installed TensorFlow (`make install DALI=1`).
+        "onnx": ["tf2onnx>=1.17", "onnx>=1.16", "onnxruntime>=1.17"],
+    },
     license="Apache-2.0",
 )

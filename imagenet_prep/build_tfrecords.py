@@ -10,9 +10,10 @@ file-name order, or `<file name> <synset>` lines). Classes are the sorted folder
 `--synsets_file` lists them; `--metadata_file` (`<synset>\\t<text>` lines) gives human-readable names.
 Bounding boxes come from ImageNet's XML annotations under `--bbox_dir` (found by image file stem).
 
-Outputs in --output_dir: `train-00000-of-01024 ...`, `validation-00000-of-00128 ...`, `labels.txt`
-and `dataset.json` (see tfcnn.data.records). Each shard is written under a temporary name and renamed
-when complete; a rerun skips complete shards, so an interrupted build resumes where it stopped.
+Outputs in --output_dir: `train-00000-of-01024 ...`, `validation-00000-of-00128 ...`, each with its DALI
+index beside it (`train-00000-of-01024.idx`, tfcnn.data.dali_index), `labels.txt` and `dataset.json` (see
+tfcnn.data.records). Each shard is written under a temporary name and renamed when complete; a rerun skips
+complete shards (writing their index if they lack one), so an interrupted build resumes where it stopped.
 Unreadable images are skipped, named and counted, and never abort the build.
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ import time
 import tensorflow as tf
 
 from imagenet_prep.images import ResizeSpec, convert_image, parse_resize, read_bbox_xml
-from tfcnn.data import records
+from tfcnn.data import dali_index, records
 from tfcnn.fileio import atomic_write_text
 
 IMAGE_EXTENSIONS = {".jpeg", ".jpg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
@@ -198,10 +199,12 @@ def plan_shards(split: str, items: list[Item], num_shards: int) -> list[tuple[st
 
 
 def convert_shard(output_dir: str, name: str, items: list[Item], resize: ResizeSpec, quality: int) -> ShardResult:
-    """Writes one shard under a temporary name, then renames it: a file with a shard's name is complete."""
+    """Writes one shard under a temporary name, then its DALI index (tfcnn.data.dali_index, itself written
+    atomically), then renames the shard: a file with a shard's name is complete and has its index."""
     result = ShardResult(name)
     final = os.path.join(output_dir, name)
     tmp = os.path.join(output_dir, f".{name}.tmp-{os.getpid()}")
+    sizes = []  # the records' payload sizes: the index, without reading the shard again
     try:
         with tf.io.TFRecordWriter(tmp) as writer:
             for item in items:
@@ -209,8 +212,12 @@ def convert_shard(output_dir: str, name: str, items: list[Item], resize: ResizeS
                 if example is not None:
                     # deterministic: protobuf >= 5 writes a map's entries in a per-process order otherwise,
                     # and a rerun or another worker count must give byte-identical shards
-                    writer.write(example.SerializeToString(deterministic=True))
+                    serialized = example.SerializeToString(deterministic=True)
+                    writer.write(serialized)
+                    sizes.append(len(serialized))
                     result.written += 1
+        with dali_index.atomic_index_file(dali_index.index_path(final)) as index:
+            index.writelines(dali_index.index_lines(sizes))
         os.replace(tmp, final)
     finally:
         if os.path.exists(tmp):
@@ -330,6 +337,8 @@ def _build_split(output_dir, split, shards, spec, quality, num_workers, metadata
         if os.path.exists(os.path.join(output_dir, name)):
             if name not in split_meta["shards"]:  # killed between the rename and the metadata update
                 split_meta["shards"][name] = _count_records(os.path.join(output_dir, name))
+            if not dali_index.is_current(os.path.join(output_dir, name)):  # a shard of a tfcnn without indexes
+                dali_index.write_index(os.path.join(output_dir, name))
             results.append(ShardResult(name, written=split_meta["shards"][name], already_complete=True))
         else:
             todo.append((name, items))

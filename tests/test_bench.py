@@ -16,7 +16,11 @@ TINY = {
     "prep_conversion.py": ["--num_images=8", "--workers=2"],
     "inference.py": ["--image_size=32", "--large_batch=4", "--steps=4"],
     "memory.py": ["--batch_size=2", "--image_size=32", "--steps=2", "--repeats=1"],
+    "stop_agreement.py": ["--image_size=32", "--batch_size=4", "--steps=6", "--warmup_steps=2", "--repeats=1"],
+    "onnx_inference.py": ["--model=resnet18", "--image_size=32", "--batch_sizes=1,2", "--rounds=1", "--calls=1"],
 }
+# Scripts of an optional extra: skipped, with the install command, where it is not installed.
+EXTRAS = {"onnx_inference.py": (("tf2onnx", "onnxruntime", "onnx"), "pip install -e '.[onnx]' (or make install ONNX=1)")}
 
 
 def positive_numbers(obj):
@@ -28,6 +32,12 @@ def positive_numbers(obj):
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(TINY))
 def test_bench_script_writes_well_formed_json(script, tmp_path):
+    import importlib.util
+
+    packages, install = EXTRAS.get(script, ((), ""))
+    missing = [p for p in packages if importlib.util.find_spec(p) is None]
+    if missing:
+        pytest.skip(f"{script} needs {', '.join(missing)}: {install}")
     out = tmp_path / "result.json"
     done = subprocess.run([sys.executable, os.path.join(REPO, "bench", script), *TINY[script], f"--output={out}"],
                           capture_output=True, text=True, timeout=600)

@@ -13,12 +13,12 @@ from PIL import Image
 
 from imagenet_prep import build_tfrecords as bt
 from imagenet_prep.images import ResizeSpec, convert_image, parse_resize, read_bbox_xml
-from tfcnn.data import records
+from tfcnn.data import dali_index, records
 
 
 def read_shards(output_dir, split):
     rows = []
-    for path in sorted(glob.glob(os.path.join(output_dir, f"{split}-*"))):
+    for path in sorted(glob.glob(os.path.join(output_dir, records.shard_pattern(split)))):
         for serialized in tf.data.TFRecordDataset(path):
             f = tf.io.parse_single_example(serialized, records.FEATURES)
             rows.append({
@@ -125,9 +125,9 @@ def built(raw_tree, tmp_path_factory):
 
 def test_build_writes_complete_records(built, raw_tree):
     out, summary = built
-    assert sorted(os.listdir(out)) == sorted(
-        [records.LABELS_FILE, records.METADATA_FILE] + [f"train-{i:05d}-of-00004" for i in range(4)]
-        + [f"validation-{i:05d}-of-00002" for i in range(2)])
+    shards = [f"train-{i:05d}-of-00004" for i in range(4)] + [f"validation-{i:05d}-of-00002" for i in range(2)]
+    assert sorted(os.listdir(out)) == sorted([records.LABELS_FILE, records.METADATA_FILE] + shards
+                                             + [dali_index.index_path(name) for name in shards])
     assert records.read_labels(str(out)) == [("n01", "red thing"), ("n02", "green thing"), ("n03", "blue thing")]
     rows = read_shards(out, "train")
     by_name = {r["filename"]: r for r in rows}
@@ -198,14 +198,14 @@ def test_interrupted_build_resumes_to_identical_shards(built, raw_tree, tmp_path
     monkeypatch.setattr(bt, "convert_shard", convert_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         build(raw_tree, tmp_path)
-    assert sorted(n for n in os.listdir(tmp_path) if n.startswith("train")) == sorted(calls[:2])
+    assert sorted(n for n in os.listdir(tmp_path) if records.is_shard_name(n)) == sorted(calls[:2])
     (tmp_path / ".train-00003-of-00004.tmp-999").write_bytes(b"partial")  # as left by a killed worker
     monkeypatch.setattr(bt, "convert_shard", real_convert)
     summary = build(raw_tree, tmp_path)
     assert summary["train"]["shards_already_complete"] == 2
     assert sorted(os.listdir(tmp_path)) == sorted(os.listdir(out))
     for name in os.listdir(out):
-        if records.is_shard_name(name):
+        if records.is_shard_name(name) or name.endswith(dali_index.INDEX_SUFFIX):
             assert (tmp_path / name).read_bytes() == (out / name).read_bytes(), name
     assert records.read_metadata(str(tmp_path))["splits"] == records.read_metadata(str(out))["splits"]
 

@@ -2,7 +2,8 @@
 
     python -m tfcnn.evaluate --data_dir DIR (--checkpoint PATH | --log_dir DIR | --saved_model DIR |
         --model NAME --weights FILE) [--batch_size 256] [--precision fp32|fp16|bf16] [--output FILE]
-    horovodrun -np 8 python -m tfcnn.evaluate ...    (ranks split the files; counts are summed)
+        [--data_backend tf|dali_cpu|dali_gpu]
+    horovodrun -np 8 python -m tfcnn.evaluate ...    (ranks split the records; counts are summed)
 
 The weights say how to feed them: a tfcnn checkpoint (a path, the latest in --log_dir, or a
 `python -m tfcnn.convert` output) records its model, class count, builder options and data config
@@ -21,7 +22,7 @@ import sys
 import tensorflow as tf
 
 from tfcnn.metrics import accuracy, count_correct
-from tfcnn.options import PRECISIONS
+from tfcnn.options import DATA_BACKENDS, PRECISIONS, add_feed_flags, add_weight_sources, check_feed_flags
 from tfcnn.precision import COMPUTE_DTYPES, hardware_notes, set_policy
 
 
@@ -79,26 +80,25 @@ def _latest(log_dir):
 
 
 def evaluate(args) -> dict:
-    """Every rank counts its share of the validation files; the counts are summed over ranks."""
+    """Every rank counts its share of the validation records; the counts are summed over ranks."""
     from tfcnn import distributed
-    from tfcnn.data import pipeline
+    from tfcnn.data import backends, pipeline
 
     distributed.init()
     chief = distributed.is_chief()
     log = print if chief else (lambda *_: None)
     for note in hardware_notes(args.precision):
         log(f"tfcnn.evaluate: {note}")
-    files = pipeline.shard_files(pipeline.list_shards(args.data_dir, "validation"), distributed.size(),
-                                 distributed.rank())  # a clear error before loading any weights
+    # Before any weights load: a clear error when the shards (or their DALI indexes) are missing.
+    share = _rank_share(args.data_backend, args.data_dir, distributed.size(), distributed.rank())
     predict, run = load_predictor(args, log)
     data = run["data_config"]
-    dataset = pipeline.build_dataset(args.data_dir, "validation", args.batch_size, data.input_size,
-                                     num_classes=run["num_classes"], crop_fraction=data.crop_fraction,
-                                     interpolation=data.interpolation, num_shards=distributed.size(),
-                                     shard_index=distributed.rank())
+    dataset = backends.build_dataset(args.data_backend, args.data_dir, "validation", args.batch_size,
+                                     data.input_size, num_classes=run["num_classes"],
+                                     crop_fraction=data.crop_fraction, interpolation=data.interpolation,
+                                     num_shards=distributed.size(), shard_index=distributed.rank())
     progress = None
     if chief and not args.quiet:
-        share = pipeline.count_records(args.data_dir, files) if files else 0
         label = "images" if distributed.size() == 1 else "images (rank 0's share)"
         progress = lambda counts, seconds: _print_progress(counts, seconds, share, label)
     with pipeline.corrupt_records_named(args.data_dir, "validation", distributed.size(), distributed.rank()):
@@ -110,6 +110,19 @@ def evaluate(args) -> dict:
             **accuracy(dict(zip(keys, (int(v) for v in summed)))), "ranks": distributed.size(),
             "weights": args.saved_model or args.weights or args.checkpoint or args.log_dir,
             "data_dir": args.data_dir, "data_config": data.to_dict()}
+
+
+def _rank_share(backend, data_dir, num_shards, shard_index) -> int:
+    """The validation records this rank counts: its files' (tf.data splits the files between ranks) or
+    its part of all records (DALI's reader splits the records, read from the shards' index files)."""
+    from tfcnn.data import pipeline
+
+    if backend == "tf":
+        mine = pipeline.shard_files(pipeline.list_shards(data_dir, "validation"), num_shards, shard_index)
+        return pipeline.count_records(data_dir, mine) if mine else 0
+    from tfcnn.data import dali
+
+    return dali.rank_records(data_dir, "validation", num_shards, shard_index)
 
 
 def _print_progress(counts, seconds, total, label):
@@ -125,31 +138,18 @@ def parse_args(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="model name (default: what the checkpoint or SavedModel records)")
     parser.add_argument("--data_dir", required=True, help="directory holding validation-*-of-* shards")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", help="a tfcnn checkpoint, e.g. runs/x/checkpoints/ckpt-1000, or a "
-                                             "`tfcnn.convert` output directory")
-    source.add_argument("--log_dir", help="a training log directory: its latest checkpoint")
-    source.add_argument("--saved_model", help="a SavedModel exported by training (--export_dir) or tfcnn.convert")
-    source.add_argument("--weights", help="a timm / torchvision state dict (.safetensors, or .pth with torch), "
-                                          "with --model")
+    add_weight_sources(parser, "a SavedModel exported by training (--export_dir), tfcnn.convert or tfcnn.export")
     parser.add_argument("--batch_size", type=int, default=256)
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
-    parser.add_argument("--image_size", type=int, help="default: what the weights record")
-    parser.add_argument("--crop_fraction", type=float, help="default: what the weights record")
-    parser.add_argument("--interpolation", choices=("bilinear", "bicubic"), help="default: what the weights record")
-    parser.add_argument("--num_classes", type=int, help="default: the weights' classifier")
+    parser.add_argument("--data_backend", choices=DATA_BACKENDS, default="tf",
+                        help="input pipeline: tf (tf.data), dali_cpu or dali_gpu (NVIDIA DALI decoding on the CPU or "
+                             "the GPU; make install DALI=1)")
+    add_feed_flags(parser)
     parser.add_argument("--output", help="write the result as JSON here")
     parser.add_argument("--display_seconds", type=float, default=30.0, help="seconds between progress lines")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
-    for name in ("batch_size", "image_size", "num_classes"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"--{name} must be a positive integer, received: {value}")
-    if args.crop_fraction is not None and not 0 < args.crop_fraction <= 1:
-        parser.error(f"--crop_fraction must be in (0, 1], received: {args.crop_fraction}")
-    if args.weights and not args.model:
-        parser.error("--weights needs --model (a state dict does not name its architecture)")
+    check_feed_flags(parser, args, ("batch_size", "image_size", "num_classes"))
     return args
 
 

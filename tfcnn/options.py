@@ -90,3 +90,35 @@ def parse_signals(text) -> tuple[str, ...]:
         raise ValueError(f"--stop_signals must be none or a comma-separated list of {', '.join(STOP_SIGNALS)}, "
                          f"received: {text!r}" + (f" (unknown: {', '.join(bad)})" if bad else ""))
     return tuple(dict.fromkeys(names))
+
+
+def add_weight_sources(parser, saved_model_help: str) -> None:
+    """The one-of flags naming the weights (tfcnn.evaluate, tfcnn.export); --weights needs --model."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="a tfcnn checkpoint, e.g. runs/x/checkpoints/ckpt-1000, or a "
+                                             "`tfcnn.convert` output directory")
+    source.add_argument("--log_dir", help="a training log directory: its latest checkpoint")
+    source.add_argument("--saved_model", help=saved_model_help)
+    source.add_argument("--weights", help="a timm / torchvision state dict (.safetensors, or .pth with torch), "
+                                          "with --model")
+
+
+def add_feed_flags(parser) -> None:
+    """The flags that override how a model's weights record it is fed (tfcnn.evaluate, tfcnn.export)."""
+    parser.add_argument("--image_size", type=int, help="default: what the weights record")
+    parser.add_argument("--crop_fraction", type=float, help="default: what the weights record")
+    parser.add_argument("--interpolation", choices=("bilinear", "bicubic"), help="default: what the weights record")
+    parser.add_argument("--num_classes", type=int, help="default: the weights' classifier")
+
+
+def check_feed_flags(parser, args, positive=("image_size", "num_classes")) -> None:
+    """parser.error naming the flag for a non-positive count among `positive`, a crop fraction outside (0, 1],
+    or --weights without --model."""
+    for name in positive:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name} must be a positive integer, received: {value}")
+    if args.crop_fraction is not None and not 0 < args.crop_fraction <= 1:
+        parser.error(f"--crop_fraction must be in (0, 1], received: {args.crop_fraction}")
+    if args.weights and not args.model:
+        parser.error("--weights needs --model (a state dict does not name its architecture)")

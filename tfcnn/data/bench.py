@@ -1,6 +1,7 @@
 """Input-pipeline throughput against baselines over the same records, measured in one process.
 
     python -m tfcnn.data.bench --data_dir DIR [--batch_size 64] [--image_size 224] [--images 3000]
+        [--data_backend dali_cpu [--dali_threads N]]
 
 Pipelines (all read the same train shards with the same tf.data parallelism):
 - tfcnn: the training pipeline (fused decode-and-crop, resize, flip, uint8 batch; normalization happens
@@ -14,6 +15,10 @@ Pipelines (all read the same train shards with the same tf.data parallelism):
   show what the fused crop saves, what the resize costs, and what the training stream's bookkeeping costs.
 - tfcnn+POLICY: the training pipeline with an image policy on (`--augment`: randaugment:2,9 and
   autoaugment:imagenet by default): what RandAugment / AutoAugment cost per core.
+- with --data_backend dali_cpu (or dali_gpu): DALI's training pipeline (tfcnn.data.dali, --dali_threads
+  worker threads, default: all cores) beside tf.data's, and DALI's image work in the same stages
+  (dali_cpu_decode_only, dali_cpu_crop_decode_only, dali_cpu_train_image_only: tfcnn.data.dali.stage_dataset).
+  Images/s per core divide by the process's cores for every row, whatever threads each pipeline runs.
 Prints images/s (and per core) and each ratio against tfcnn; `--output FILE` writes the figures as JSON.
 """
 from __future__ import annotations
@@ -26,7 +31,8 @@ import time
 
 import tensorflow as tf
 
-from tfcnn.data import pipeline, preprocessing, records
+from tfcnn.data import backends, pipeline, preprocessing, records
+from tfcnn.options import DATA_BACKENDS
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -87,11 +93,31 @@ def images_per_second(dataset, batch_size, images, warmup_batches=3):
 POLICIES = ("randaugment:2,9", "autoaugment:imagenet")
 
 
+def dali_datasets(data_dir, batch_size, image_size, backend, threads) -> dict:
+    """{row name: dataset maker} of DALI's rows: its training pipeline and its stages (see the docstring)."""
+    from tfcnn.data import dali
+
+    device = backend.split("_", 1)[1]
+    stage = lambda name: lambda: dali.stage_dataset(data_dir, batch_size, image_size, name, device=device,  # noqa
+                                                    num_threads=threads)
+    return {
+        backend: lambda: backends.build_dataset(backend, data_dir, "train", batch_size, image_size,
+                                                num_classes=pipeline.num_classes_of(data_dir), num_threads=threads),
+        f"{backend}_decode_only": stage("decode"),
+        f"{backend}_crop_decode_only": stage("crop_decode"),
+        f"{backend}_train_image_only": stage("train_image"),
+    }
+
+
 def run(data_dir, batch_size=64, image_size=224, images=3000, mean=(123.68, 116.78, 103.94),
-        std=(58.395, 57.12, 57.375), repeats=3, policies=POLICIES) -> dict:
+        std=(58.395, 57.12, 57.375), repeats=3, policies=POLICIES, backend="tf", dali_threads=None) -> dict:
     """Each pipeline is timed `repeats` times, in rotating order, and its mean counts: a shared machine
-    drifts by several percent from one measurement to the next."""
+    drifts by several percent from one measurement to the next. backend dali_cpu / dali_gpu adds DALI's
+    rows (dali_datasets), with dali_threads worker threads (default: all cores)."""
+    if backend not in DATA_BACKENDS:
+        raise ValueError(f"--data_backend must be one of {', '.join(DATA_BACKENDS)}, received: {backend!r}")
     files = pipeline.list_shards(data_dir, "train")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     def tfcnn(augment="none"):
         return lambda: pipeline.build_dataset(data_dir, "train", batch_size, image_size, augment=augment,
                                               num_classes=pipeline.num_classes_of(data_dir), deterministic=False)
@@ -104,17 +130,23 @@ def run(data_dir, batch_size=64, image_size=224, images=3000, mean=(123.68, 116.
         "train_image_only": lambda: stage_dataset(files, batch_size, image_size, "train_image"),
         **{f"tfcnn+{policy}": tfcnn(policy) for policy in policies},
     }
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    dali_threads = dali_threads or cores
+    if backend != "tf":
+        datasets.update(dali_datasets(data_dir, batch_size, image_size, backend, dali_threads))
     rates = {name: [] for name in datasets}
     names = list(datasets)
     for round_ in range(repeats):
         for name in names[round_ % len(names):] + names[:round_ % len(names)]:
             rates[name].append(images_per_second(datasets[name](), batch_size, images))
     results = {name: sum(values) / len(values) for name, values in rates.items()}
-    return {"data_dir": data_dir, "batch_size": batch_size, "image_size": image_size, "cores": cores,
-            "images_per_sec": results,
-            "images_per_sec_per_core": {k: v / cores for k, v in results.items()},
-            "ratio_tfcnn_vs": {k: results["tfcnn"] / v for k, v in results.items() if k != "tfcnn"}}
+    summary = {"data_dir": data_dir, "batch_size": batch_size, "image_size": image_size, "cores": cores,
+               "images_per_sec": results,
+               "images_per_sec_per_core": {k: v / cores for k, v in results.items()},
+               "ratio_tfcnn_vs": {k: results["tfcnn"] / v for k, v in results.items() if k != "tfcnn"}}
+    if backend != "tf":
+        summary["dali_threads"] = dali_threads
+        summary[f"ratio_{backend}_vs"] = {k: results[backend] / results[k] for k in ("tfcnn", "decode_only")}
+    return summary
 
 
 def main(argv=None):
@@ -127,19 +159,25 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="timings per pipeline (their mean counts)")
     parser.add_argument("--policies", nargs="*", default=list(POLICIES),
                         help="image policies to time on top of tfcnn's pipeline (none: give the flag alone)")
+    parser.add_argument("--data_backend", choices=DATA_BACKENDS, default="tf",
+                        help="dali_cpu / dali_gpu: also time NVIDIA DALI's pipeline and stages (make install DALI=1)")
+    parser.add_argument("--dali_threads", type=int, help="DALI's worker threads (default: all cores)")
     parser.add_argument("--output", help="write the figures as JSON here")
     args = parser.parse_args(argv)
     try:
         result = run(args.data_dir, args.batch_size, args.image_size, args.images, repeats=args.repeats,
-                     policies=args.policies)
-    except (pipeline.DataError, ValueError) as error:
+                     policies=args.policies, backend=args.data_backend, dali_threads=args.dali_threads)
+    except (pipeline.DataError, ValueError, RuntimeError) as error:
         sys.exit(f"tfcnn.data.bench: error: {error}")
+    threads = f", DALI: {result['dali_threads']} threads" if "dali_threads" in result else ""
     print(f"{'pipeline':<30}{'img/s':>10}{'img/s/core':>12}{'tfcnn ratio':>13}   ({result['cores']} cores, "
-          f"batch {args.batch_size}, {args.image_size} px)")
+          f"batch {args.batch_size}, {args.image_size} px{threads})")
     for name, rate in result["images_per_sec"].items():
         ratio = result["ratio_tfcnn_vs"].get(name)
         print(f"{name:<30}{rate:>10.1f}{result['images_per_sec_per_core'][name]:>12.1f}"
               f"{(f'{ratio:.2f}x' if ratio else '-'):>13}")
+    for name, value in result.get(f"ratio_{args.data_backend}_vs", {}).items():
+        print(f"  ratio {args.data_backend} / {name}: {value:.2f}x")
     if args.output:
         with open(args.output, "w") as f:
             json.dump(result, f, indent=1)

@@ -8,9 +8,13 @@ Both return {"logits": float32 [N, C], "probabilities": float32 [N, C]}; normali
 config's mean and std) is inside, so callers need not know them. The exported graph is float32 whatever
 precision trained it (portable to CPUs). `labels.txt` and `tfcnn.json` (model, size, classes, data
 config, builder options) sit beside saved_model.pb. The directory appears only when complete.
+
+The ONNX export (tfcnn.onnx_export) converts the same `serving_default` function and writes the same
+two files beside its model.onnx: `serving_module`, `write_export_info` and `staged_directory` are theirs.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +26,8 @@ from tfcnn.fileio import replace_directory
 from tfcnn.models import DataConfig, create_model
 
 EXPORT_INFO_FILE = "tfcnn.json"
+IMAGES_INPUT = "images"
+OUTPUTS = ("logits", "probabilities")
 
 
 class ServingModule(tf.Module):
@@ -42,35 +48,71 @@ class ServingModule(tf.Module):
                            encoded, fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8))
         return self.classify_images(tf.cast(images, tf.float32))
 
+    def images_function(self) -> tf.types.experimental.GenericFunction:
+        """`serving_default`: float32 [None, S, S, 3] pixels in 0-255 (any batch) -> logits, probabilities.
+        The SavedModel signs it and the ONNX export converts it, so both compute one function."""
+        size = self.data.input_size
+        return tf.function(self.classify_images,
+                           input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32, IMAGES_INPUT)])
 
-def export_saved_model(model: tf.keras.Model, export_dir: str, data_dir: str | None = None) -> str:
-    """Writes the SavedModel of a zoo model (weights copied into a float32 twin built with the same
-    options) to export_dir, fed as `model.data_config` says. labels.txt comes from data_dir's."""
+    def encoded_function(self) -> tf.types.experimental.GenericFunction:
+        return tf.function(self.classify_encoded, input_signature=[tf.TensorSpec([None], tf.string, "encoded")])
+
+
+def serving_module(model: tf.keras.Model) -> ServingModule:
+    """The serving module of a zoo model: its weights copied into a float32 twin built with the same
+    options (whatever precision trained it), fed as `model.data_config` says at the model's input size."""
     image_size = model.input_shape[1]
-    num_classes = model.output_shape[-1]
-    data = model.data_config.replace(input_size=image_size)
     policy = tf.keras.mixed_precision.global_policy()
     tf.keras.mixed_precision.set_global_policy("float32")
     try:
-        twin = create_model(model.name, num_classes=num_classes, input_shape=(image_size, image_size, 3),
+        twin = create_model(model.name, num_classes=model.output_shape[-1], input_shape=(image_size, image_size, 3),
                             **model.build_options)
     finally:
         tf.keras.mixed_precision.set_global_policy(policy)
     twin.set_weights(model.get_weights())
-    module = ServingModule(twin, data)
-    images_fn = tf.function(module.classify_images,
-                            input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32, "images")])
-    encoded_fn = tf.function(module.classify_encoded, input_signature=[tf.TensorSpec([None], tf.string, "encoded")])
-    export_dir = os.path.abspath(export_dir)
-    tmp = f"{export_dir}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tf.saved_model.save(module, tmp, signatures={"serving_default": images_fn.get_concrete_function(),
-                                                  "classify_encoded": encoded_fn.get_concrete_function()})
+    return ServingModule(twin, model.data_config.replace(input_size=image_size))
+
+
+def export_info(module: ServingModule) -> dict:
+    """What tfcnn.json records of an export: enough for tfcnn.evaluate to feed it as the weights expect."""
+    model = module.model
+    return {"model": model.name, "image_size": module.data.input_size, "num_classes": model.output_shape[-1],
+            "data_config": module.data.to_dict(), "options": dict(model.build_options)}
+
+
+def write_export_info(directory: str, info: dict, data_dir: str | None = None) -> None:
+    """tfcnn.json (`info`) and, when data_dir's labels.txt has one line per class, labels.txt."""
     labels = records.read_labels(data_dir) if data_dir else None
-    if labels and len(labels) == num_classes:
-        records.write_labels(tmp, labels)
-    with open(os.path.join(tmp, EXPORT_INFO_FILE), "w") as f:
-        json.dump({"model": model.name, "image_size": image_size, "num_classes": num_classes,
-                   "data_config": data.to_dict(), "options": dict(model.build_options)}, f, indent=1)
-    replace_directory(tmp, export_dir)
-    return export_dir
+    if labels and len(labels) == info["num_classes"]:
+        records.write_labels(directory, labels)
+    with open(os.path.join(directory, EXPORT_INFO_FILE), "w") as f:
+        json.dump(info, f, indent=1)
+
+
+@contextlib.contextmanager
+def staged_directory(final_dir: str):
+    """Yields a temporary directory beside final_dir to write into; moved into place (replacing an older
+    export) only when the block completes, removed when it fails, so final_dir is never half written."""
+    final_dir = os.path.abspath(final_dir)
+    tmp = f"{final_dir}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    replace_directory(tmp, final_dir)
+
+
+def export_saved_model(model: tf.keras.Model, export_dir: str, data_dir: str | None = None) -> str:
+    """Writes the SavedModel of a zoo model (weights copied into a float32 twin built with the same
+    options) to export_dir, fed as `model.data_config` says. labels.txt comes from data_dir's."""
+    module = serving_module(model)
+    with staged_directory(export_dir) as tmp:
+        signatures = {"serving_default": module.images_function().get_concrete_function(),
+                      "classify_encoded": module.encoded_function().get_concrete_function()}
+        tf.saved_model.save(module, tmp, signatures=signatures)
+        write_export_info(tmp, export_info(module), data_dir)
+    return os.path.abspath(export_dir)

@@ -1,0 +1,112 @@
+"""Export a model for serving: a SavedModel, or ONNX (optionally with its int8 twin).
+
+    python -m tfcnn.export --output_dir DIR (--checkpoint PATH | --log_dir DIR | --model NAME --weights FILE |
+        --saved_model DIR) [--format saved_model|onnx] [--data_dir DIR]
+        [--int8 [--int8_target tensorrt|cpu] [--calibration_images 300]]
+        [--image_size N --crop_fraction F --interpolation bilinear|bicubic --num_classes N]
+
+Takes what tfcnn.evaluate takes, fed as the weights record (their data config; the flags override it).
+Both formats serve `images`: float32 [batch, S, S, 3] RGB pixels in 0-255, normalization inside, and return
+`logits` and `probabilities`; labels.txt (from --data_dir) and tfcnn.json (model, size, classes, data
+config) sit beside them. --format onnx writes DIR/model.onnx (opset 17), converted from the SavedModel's
+serving_default function and checked against TensorFlow with ONNX Runtime before it is written; --int8 adds
+DIR/model.int8.onnx, QDQ int8 calibrated on --calibration_images of --data_dir's train shards through the
+evaluation view, for --int8_target tensorrt (symmetric int8 activations, what TensorRT takes) or cpu
+(asymmetric uint8 activations, which ONNX Runtime's x86 kernels fuse). ONNX needs the onnx extra:
+pip install -e '.[onnx]' (or make install ONNX=1). --saved_model converts an existing tfcnn SavedModel
+export to ONNX. DIR appears only when complete.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tfcnn.options import add_feed_flags, add_weight_sources, check_feed_flags
+
+FORMATS = ("saved_model", "onnx")
+# tfcnn.onnx_export.INT8_TARGETS (a test keeps them equal), here so that flags are checked before TensorFlow loads
+INT8_TARGETS = ("tensorrt", "cpu")
+DEFAULT_CALIBRATION_IMAGES = 300
+
+
+def load_model(args, log=print):
+    """The zoo model the source flags name, loaded and fed as its weights record (overridden by the flags)."""
+    from tfcnn import checkpoints
+    from tfcnn.models import create_model, list_models
+    from tfcnn.models.weights import open_weights, tfcnn_checkpoint
+
+    path = args.weights or args.checkpoint or args.log_dir
+    name = args.model
+    if not args.weights:  # a tfcnn checkpoint names its model
+        recorded = checkpoints.describe(tfcnn_checkpoint(path)).model
+        if name and recorded and recorded != name:
+            raise ValueError(f"{path} holds a checkpoint of {recorded}, not of --model {name}")
+        name = name or recorded
+    if name not in list_models():
+        raise ValueError(f"unknown --model {name!r} (the weights do not name one); valid models: "
+                         f"{', '.join(list_models())}")
+    source = open_weights(name, path)
+    data = source.data_config.replace(input_size=args.image_size, crop_fraction=args.crop_fraction,
+                                      interpolation=args.interpolation)
+    return create_model(name, num_classes=args.num_classes, input_shape=(data.input_size, data.input_size, 3),
+                        weights=source, data_config=data, log=log)
+
+
+def export(args, log=print) -> str:
+    """Writes the export the flags ask for; returns its directory."""
+    if args.format == "onnx":
+        from tfcnn import onnx_export
+
+        onnx_export.require()  # before any weights are read
+    source = args.saved_model or load_model(args, log)
+    if args.format == "saved_model":
+        from tfcnn.training.export import export_saved_model
+
+        return export_saved_model(source, args.output_dir, args.data_dir)
+    return onnx_export.export_onnx(source, args.output_dir, args.data_dir,
+                                   args.calibration_images if args.int8 else 0, args.int8_target, log)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tfcnn.export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", required=True, help="the export directory (replaced when complete)")
+    parser.add_argument("--format", choices=FORMATS, default="saved_model")
+    add_weight_sources(parser, "a tfcnn SavedModel export, to convert to --format onnx")
+    parser.add_argument("--model", help="model name (default: what the checkpoint records)")
+    parser.add_argument("--data_dir", help="the dataset's directory: labels.txt, and the train shards --int8 "
+                                           "calibrates on")
+    parser.add_argument("--int8", action="store_true", help="with --format onnx: also write model.int8.onnx")
+    parser.add_argument("--int8_target", choices=INT8_TARGETS, default=INT8_TARGETS[0],
+                        help="tensorrt: symmetric int8 activations (TensorRT's explicit quantization); cpu: "
+                             "asymmetric uint8 activations (ONNX Runtime on x86)")
+    parser.add_argument("--calibration_images", type=int, default=DEFAULT_CALIBRATION_IMAGES,
+                        help="train images --int8 calibrates on")
+    add_feed_flags(parser)
+    args = parser.parse_args(argv)
+    check_feed_flags(parser, args, ("image_size", "num_classes", "calibration_images"))
+    if args.int8 and args.format != "onnx":
+        parser.error(f"--int8 quantizes the ONNX export: add --format onnx (received --format {args.format})")
+    if args.int8 and not args.data_dir:
+        parser.error("--int8 needs --data_dir (the train shards it calibrates on)")
+    if args.saved_model:
+        if args.format != "onnx":
+            parser.error(f"--saved_model {args.saved_model} is already a SavedModel: convert it with --format onnx")
+        fixed = [f"--{name}" for name in ("model", "image_size", "crop_fraction", "interpolation", "num_classes")
+                 if getattr(args, name) is not None]
+        if fixed:
+            parser.error(f"--saved_model takes no {', '.join(fixed)}: the export's tfcnn.json fixes them")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        directory = export(args)
+    except (ImportError, ValueError, RuntimeError) as error:
+        sys.exit(f"tfcnn.export: error: {error}")
+    print(f"tfcnn.export: {args.format} export in {directory}")
+
+
+if __name__ == "__main__":
+    main()
