@@ -16,7 +16,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends software-proper
 WORKDIR /workspace/tfcnn
 COPY . .
 # No GPU is visible during `docker build`, so ask for the GPU stack explicitly.
-RUN make install HAS_GPU=1 && rm -rf /root/.cache/pip
+RUN make install HAS_GPU=1 DALI=1 ONNX=1 && rm -rf /root/.cache/pip
 ENV PATH=/workspace/tfcnn/.venv/bin:$PATH \
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TF_CPP_MIN_LOG_LEVEL=1
 CMD ["python", "-m", "tfcnn.models"]

@@ -57,7 +57,8 @@ ONNX ?= 0
 DALI_VERSION := 2.4.0
 EXTRAS := $(if $(filter 1,$(DALI)),$(VENV)/.tfcnn-dali) $(if $(filter 1,$(ONNX)),$(VENV)/.tfcnn-onnx)
 TESTS ?= tests
-PYTEST_ARGS ?=
+# The slowest tests are listed at the end of every run: where the suite's time goes.
+PYTEST_ARGS ?= --durations=15
 # Test processes: most tests are single-threaded Python (model building, process start-up), so two
 # workers per machine roughly halve the suite's time; more than 4 would mostly add memory.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 2 ? 2 : n > 4 ? 4 : n )))
