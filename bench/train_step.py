@@ -8,9 +8,7 @@ no weight decay or label smoothing, in this process, one after the other:
 - keras: tf.keras.applications.ResNet50(weights=None), compiled and fitted with `model.fit`. It is
   ResNet-50 v1 (stride on the 1x1 conv: 3.86 GMACs); tfcnn's is v1.5 (4.09 GMACs, 6% more work);
 - tfcnn_model_fit: tfcnn's resnet50 under the same plain `model.fit` (isolates the trainer's cost);
-- tfcnn: tfcnn's resnet50 through tfcnn's trainer (`train()`, explicit gradient averaging, metrics, and
-  the per-step stop agreement of --stop_signals: a flag in the gradient allreduce, read every step);
-- tfcnn_no_stop: the same with --stop_signals none (no flag, nothing read per step): the agreement's cost.
+- tfcnn: tfcnn's resnet50 through tfcnn's trainer (`train()`, explicit gradient averaging, metrics).
 The XLA pair (keras with compile(jit_compile=True), tfcnn with --use_xla) runs once: its compile is
 slow on CPUs. Warmup steps are excluded from every figure.
 """
@@ -60,7 +58,7 @@ def model_fit_rate(batch_size, image_size, steps, warmup_steps, xla, architectur
     return steps * batch_size / (timer.end - timer.start)
 
 
-def trainer_rate(batch_size, image_size, steps, warmup_steps, xla, stop_signals="TERM,INT,USR1"):
+def trainer_rate(batch_size, image_size, steps, warmup_steps, xla):
     """img/s of tfcnn's own training loop, as examples/train.py runs it on synthetic data."""
     from tfcnn.training import make_config, train
 
@@ -68,8 +66,7 @@ def trainer_rate(batch_size, image_size, steps, warmup_steps, xla, stop_signals=
                                 num_iter=warmup_steps + steps, iter_unit="batch", precision="fp32", use_xla=xla,
                                 optimizer="sgd", lr=0.01 * 256 / batch_size, momentum=0.9, weight_decay=0.0,
                                 label_smoothing=0.0, warmup_epochs=0, lr_schedule="constant", seed=0,
-                                benchmark_warmup_steps=warmup_steps, display_every=10**6,
-                                stop_signals=stop_signals))
+                                benchmark_warmup_steps=warmup_steps, display_every=10**6))
     tf.keras.backend.clear_session()
     return summary["img_per_sec"]
 
@@ -78,8 +75,6 @@ CONTENDERS = {
     "keras": ("keras ResNet50 (v1) model.fit", lambda *a: model_fit_rate(*a, architecture="keras")),
     "tfcnn_model_fit": ("tfcnn resnet50 model.fit", lambda *a: model_fit_rate(*a, architecture="tfcnn")),
     "tfcnn": ("tfcnn resnet50 trainer", trainer_rate),
-    "tfcnn_no_stop": ("tfcnn resnet50 trainer, no stop agreement",
-                      lambda *a: trainer_rate(*a, stop_signals="none")),
 }
 
 
@@ -108,8 +103,7 @@ def main():
     mean = {kind: sum(values) / len(values) for kind, values in rates.items()}
     rows = [{"name": CONTENDERS[kind][0], "img_per_sec": mean[kind]} for kind in CONTENDERS]
     ratios = {"tfcnn trainer / keras model.fit": mean["tfcnn"] / mean["keras"],
-              "tfcnn trainer / model.fit of the same resnet50": mean["tfcnn"] / mean["tfcnn_model_fit"],
-              "tfcnn trainer / the same without the stop agreement": mean["tfcnn"] / mean["tfcnn_no_stop"]}
+              "tfcnn trainer / model.fit of the same resnet50": mean["tfcnn"] / mean["tfcnn_model_fit"]}
     if not args.no_xla:
         xla = {kind: measure(kind, sizes + (True,)) for kind in ("keras", "tfcnn")}
         rows += [{"name": f"{CONTENDERS[kind][0]} + XLA", "img_per_sec": xla[kind]} for kind in xla]
