@@ -135,4 +135,4 @@ bench: install
 	$(PY) bench/stop_agreement.py --output $(BENCH_RESULTS)/stop_agreement.json
 
 clean:
-	rm -rf .venv .venv-tf2.15 build *.egg-info .pytest_cache
+	rm -rf .venv .venv-tf2.15 build *.egg-info .pytest_cache tests/.pytest_cache
