@@ -25,7 +25,8 @@ setup(
         "safetensors>=0.4",
     ],
     extras_require={
-        "dev": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3.5"],
+        # pytest 7.3 brought tmp_path_retention_policy (tests/pytest.ini: a passing test's files are deleted).
+        "dev": ["pytest>=7.3", "pytest-timeout>=2", "pytest-xdist>=3.5"],
         # ONNX export (python -m tfcnn.export --format onnx); `make install ONNX=1` pins them per lane (TF 2.15
         # needs protobuf < 5 and numpy < 2). DALI is not an extra: its TensorFlow plugin must be installed with
         # --no-build-isolation against the installed TensorFlow (`make install DALI=1`).
