@@ -1,6 +1,7 @@
 """tfcnn's patches to horovodrun (patches/horovod-0.28.1/), checked on the code they change. The builds'
 patches are checked by every multi-process test, which needs the built and patched Horovod to run."""
 import sys
+import threading
 
 import horovod.tensorflow as hvd
 
@@ -24,8 +25,6 @@ class WorkerUp:
     once the worker has printed 'up', so its SIGTERM handler is in place."""
 
     def __init__(self):
-        import threading
-
         self.event = threading.Event()
 
     def write(self, text):
