@@ -111,9 +111,9 @@ def main(argv):
     except (ValueError, RuntimeError) as error:
         sys.exit(f"train.py: error: {error}")
     if "preempted" in summary:  # stopped by a signal or --max_minutes, its checkpoint written: resume me
-        from tfcnn.training.stopping import PREEMPTED_EXIT_CODE
+        from tfcnn.training.stopping import exit_preempted
 
-        sys.exit(PREEMPTED_EXIT_CODE)
+        exit_preempted(config.stop_signals)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,16 @@ def mixed_policy(request):
     tf.keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.fixture
+def testnet():
+    """The tests' small models (tests/testnet.py) registered for one test, then removed again."""
+    import testnet as small_models
+
+    small_models.register()
+    yield small_models
+    small_models.unregister()
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running, run first (CI still runs them)")
     config.addinivalue_line("markers", "multihost: trains across network namespaces made by the test (root; skipped "

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.multihost, pytest.mark.slow]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(REPO, "tests", "scripts", "host_probe.py")
 STEPS = 4
-CONFIG = dict(model="resnet18", image_size=32, batch_size=8, display_every=2, warmup_epochs=0, lr=0.5,
+CONFIG = dict(model="testnet", image_size=32, batch_size=8, display_every=2, warmup_epochs=0, lr=0.5,
               benchmark_warmup_steps=2, num_iter=STEPS, iter_unit="batch")
 RUN_FILES = {"checkpoints", "config.json", "metrics.jsonl", "tensorboard"}  # what rank 0 writes in --log_dir
 
@@ -130,7 +130,9 @@ def test_an_elastic_run_survives_a_killed_worker_and_takes_it_back(stripes, tmp_
     discovery.write_text("#!/bin/sh\necho hosta:1\necho hostb:1\n")
     discovery.chmod(0o755)
     log_dir = tmp_path / "run"
-    args = [os.path.join(REPO, "examples", "train.py"), "--elastic", "--model=resnet18", f"--data_dir={stripes}",
+    # examples/train.py with tests/testnet.py's models: testnet_slow's steps take long enough to kill one mid-run
+    args = [os.path.join(REPO, "tests", "scripts", "train_small.py"), "--elastic", "--model=testnet_slow",
+            f"--data_dir={stripes}",
             "--image_size=32", "--batch_size=8", "--num_iter=6", "--elastic_commit_every=4", "--display_every=4",
             "--warmup_epochs=0", "--seed=1", f"--log_dir={log_dir}"]
     output = tmp_path / "job.log"

@@ -21,8 +21,10 @@ from launchers import HOROVODRUN_GLOO, MPIEXEC, logged_steps, needs_mpi, wait_fo
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(REPO, "tests", "scripts", "train_probe.py")
-TRAIN_PY = os.path.join(REPO, "examples", "train.py")
-TINY = dict(model="resnet18", image_size=32, batch_size=8, warmup_epochs=0, lr=0.5, benchmark_warmup_steps=0,
+TRAIN_PY = os.path.join(REPO, "tests", "scripts", "train_small.py")  # examples/train.py, and tests/testnet.py
+# The stops need steps that take a while (testnet_slow's); accumulation, batch-norm free ones (testnet_nobn).
+pytestmark = pytest.mark.usefixtures("testnet")
+TINY = dict(model="testnet_slow", image_size=32, batch_size=8, warmup_epochs=0, lr=0.5, benchmark_warmup_steps=0,
             display_every=1, iter_unit="batch", seed=5, checkpoint_every=0)
 
 
@@ -48,33 +50,56 @@ def test_optimizer_batch_size_must_be_whole_micro_batches(stripes):
         train(make_config(**TINY, data_dir=stripes, num_iter=1, optimizer_batch_size=32, grad_accum_steps=3))
 
 
-def test_signal_names_are_parsed_and_the_handlers_put_back():
+def test_signal_names_are_parsed_and_the_handlers_put_back_unless_stopping():
     from tfcnn.options import parse_signals
 
     assert parse_signals("sigterm, USR1,term") == ("TERM", "USR1") and parse_signals("NONE") == ()
-    before = signal.getsignal(signal.SIGUSR1)
+    before = signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGINT)
     with StopRequest("USR1,INT", log=lambda *_: None) as request:
         assert request.reason() is None
-        os.kill(os.getpid(), signal.SIGUSR1)
-        os.kill(os.getpid(), signal.SIGUSR1)  # a second one changes nothing
-        assert request.reason() == "SIGUSR1"
-        with pytest.raises(KeyboardInterrupt):  # but Ctrl-C after that means: out, now
-            os.kill(os.getpid(), signal.SIGINT)
-    assert signal.getsignal(signal.SIGUSR1) is before
+    assert (signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGINT)) == before  # no stop: put back
+    try:
+        with StopRequest("USR1,INT", log=lambda *_: None) as request:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            os.kill(os.getpid(), signal.SIGUSR1)  # a second one changes nothing
+            assert request.reason() == "SIGUSR1"
+            with pytest.raises(KeyboardInterrupt):  # but Ctrl-C after that means: out, now
+                os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGUSR1)  # stopping until the process exits: still noted, never fatal
+        assert request.reason() == "SIGUSR1" and signal.getsignal(signal.SIGUSR1) == request._handle
+    finally:
+        signal.signal(signal.SIGUSR1, before[0])
+        signal.signal(signal.SIGINT, before[1])
     with StopRequest("none", max_minutes=1e-6) as request:
         time.sleep(0.01)
         assert request.reason() == "the --max_minutes 1e-06 time limit"
 
 
+def test_a_preempted_exit_is_75_whatever_stop_signals_follow():
+    """Python's finalization puts back the default handlers: a SIGTERM then would make the status 143."""
+    from tfcnn.training.stopping import exit_preempted
+
+    before = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+    try:
+        with pytest.raises(SystemExit) as exit:
+            exit_preempted("TERM,USR1,INT")
+        assert exit.value.code == PREEMPTED_EXIT_CODE == 75
+        assert signal.getsignal(signal.SIGTERM) == signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is before[signal.SIGINT]  # Ctrl-C again still ends it at once
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+
+
 # -------------------------------------------------------------------------------- accumulation
 
-def _alexnet_without_dropout(directory, num_classes=2, size=63):
-    """A tfcnn checkpoint of AlexNet (no batch norm) built without dropout: training from it gives runs
-    whose only randomness is the data's, so a larger batch and its accumulated micro-batches can be compared."""
+def _initial_weights(directory, num_classes=2, size=32):
+    """A tfcnn checkpoint of testnet_nobn (no batch norm, no dropout): training from it gives runs whose only
+    randomness is the data's, so a larger batch and its accumulated micro-batches can be compared."""
     from tfcnn.models import create_model
 
     tf.keras.utils.set_random_seed(11)
-    model = create_model("alexnet", num_classes=num_classes, input_shape=(size, size, 3), dropout_rate=0.0)
+    model = create_model("testnet_nobn", num_classes=num_classes, input_shape=(size, size, 3))
     manager = tf.train.CheckpointManager(checkpoints.make_checkpoint(model), os.path.join(directory, "checkpoints"),
                                          max_to_keep=1, checkpoint_name="ckpt")
     manager.save(checkpoint_number=0)
@@ -94,8 +119,8 @@ def _train_recording_weights(config):
 def test_accumulated_micro_batches_equal_one_large_batch(stripes, tmp_path):
     """4 micro-batches of 8 (asked for as --optimizer_batch_size 32) and one batch of 32: the same images,
     the same learning rate, the same weights after three optimizer steps."""
-    init = _alexnet_without_dropout(tmp_path / "init")
-    common = dict(TINY, model="alexnet", image_size=63, data_dir=stripes, num_iter=3, lr=0.4, init_weights=init,
+    init = _initial_weights(tmp_path / "init")
+    common = dict(TINY, model="testnet_nobn", data_dir=stripes, num_iter=3, lr=0.4, init_weights=init,
                   weight_decay=1e-4, label_smoothing=0.1)
     large, initial, expected = _train_recording_weights(dict(common, batch_size=32))
     accumulated, _, weights = _train_recording_weights(dict(common, batch_size=8, optimizer_batch_size=32,
@@ -119,8 +144,8 @@ def run_probe(launcher, config, out_dir, *extra, timeout=600):
 @pytest.mark.slow
 def test_two_ranks_accumulating_equal_two_ranks_with_the_larger_batch(stripes, tmp_path):
     """-np 2 x 2 micro-batches of 8 and -np 2 x 16: one allreduce per optimizer step, the same weights."""
-    init = _alexnet_without_dropout(tmp_path / "init")
-    common = dict(TINY, model="alexnet", image_size=63, data_dir=stripes, num_iter=2, lr=0.4, init_weights=init)
+    init = _initial_weights(tmp_path / "init")
+    common = dict(TINY, model="testnet_nobn", data_dir=stripes, num_iter=2, lr=0.4, init_weights=init)
     out = run_probe(HOROVODRUN_GLOO, dict(common, batch_size=8, grad_accum_steps=2), tmp_path / "accumulated")
     assert "2 rank(s) x batch 8 x 2 accumulated = global batch 32" in out
     run_probe(HOROVODRUN_GLOO, dict(common, batch_size=16), tmp_path / "large")
@@ -169,7 +194,7 @@ def test_sigterm_to_a_worker_or_to_horovodrun_stops_all_ranks_at_one_step_and_re
     after the same step, rank 0 writes that step's checkpoint, every rank exits 75 (horovodrun reports any
     non-zero worker as its own status 1), and the run resumed to its end has the weights of an
     uninterrupted one, bit for bit (with RandAugment and MixUp on)."""
-    total = 16
+    total = 30  # steps of 0.1 s or more: each stop lands mid-run
     base = dict(TINY, data_dir=stripes, num_iter=total, augment="randaugment:2,9", mixup=0.2)
     run_probe(HOROVODRUN_GLOO, dict(base, log_dir=str(tmp_path / "straight")), tmp_path / "straight_out")
     reference = np.load(tmp_path / "straight_out" / "rank0.npz")
@@ -205,7 +230,7 @@ def test_sigterm_to_a_worker_or_to_horovodrun_stops_all_ranks_at_one_step_and_re
 def test_sigusr1_to_mpiexec_stops_with_status_75(stripes, tmp_path):
     """OpenMPI's mpiexec forwards SIGUSR1 to every rank and returns the ranks' status: examples/train.py's 75."""
     log_dir, log_path = tmp_path / "run", tmp_path / "job.log"
-    args = ["--model=resnet18", f"--data_dir={stripes}", "--image_size=32", "--batch_size=8", "--num_iter=500",
+    args = ["--model=testnet_slow", f"--data_dir={stripes}", "--image_size=32", "--batch_size=8", "--num_iter=500",
             "--iter_unit=batch", "--display_every=1", "--warmup_epochs=0", f"--log_dir={log_dir}"]
     job = _start(MPIEXEC, args, None, log_path, script=TRAIN_PY)
     wait_for(lambda: max(logged_steps(log_dir), default=0) >= 3, "step 3")
@@ -221,7 +246,7 @@ def test_sigusr1_to_mpiexec_stops_with_status_75(stripes, tmp_path):
 def test_time_limit_stops_with_status_75_and_the_rerun_finishes(stripes, tmp_path):
     """--max_minutes: a plain single-process run stops cleanly at the limit; the same command without it
     (or with a later limit) resumes and completes."""
-    args = [sys.executable, TRAIN_PY, "--model=resnet18", f"--data_dir={stripes}", "--image_size=32",
+    args = [sys.executable, TRAIN_PY, "--model=testnet", f"--data_dir={stripes}", "--image_size=32",
             "--batch_size=8", "--num_iter=6", "--iter_unit=batch", "--warmup_epochs=0", "--display_every=1",
             f"--log_dir={tmp_path}", "--max_minutes=0.0001"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=REPO)

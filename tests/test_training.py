@@ -20,8 +20,12 @@ from launchers import HOROVODRUN_GLOO, MPIEXEC, needs_mpi, wait_for, worker_proc
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(REPO, "tests", "scripts", "train_probe.py")
-TINY = dict(model="resnet18", image_size=32, batch_size=8, display_every=4, warmup_epochs=0, lr=0.5,
+TINY = dict(model="testnet", image_size=32, batch_size=8, display_every=4, warmup_epochs=0, lr=0.5,
             benchmark_warmup_steps=2)
+
+
+pytestmark = pytest.mark.usefixtures("testnet")  # the trainer's tests train tests/testnet.py's small models
+SMALL_TRAIN_PY = os.path.join(REPO, "tests", "scripts", "train_small.py")  # examples/train.py, and those models
 
 
 def run_probe(launcher, config, out_dir, *extra, timeout=600):
@@ -118,10 +122,10 @@ def test_missing_shards_and_foreign_log_dir_fail_before_training(stripes, tmp_pa
         train(make_config(**TINY, data_dir=str(tmp_path)))
     log_dir = tmp_path / "run"
     train(make_config(**TINY, data_dir=stripes, num_iter=2, iter_unit="batch", log_dir=str(log_dir)))
-    with pytest.raises(ValueError, match=f"--log_dir {log_dir} holds a run with model 'resnet18', not --model 'resnet34'"):
+    with pytest.raises(ValueError, match=f"--log_dir {log_dir} holds a run with model 'testnet', not --model 'resnet34'"):
         train(make_config(**{**TINY, "model": "resnet34"}, data_dir=stripes, log_dir=str(log_dir)))
     os.remove(log_dir / "config.json")  # the checkpoint itself also names its model
-    with pytest.raises(ValueError, match=f"--log_dir {log_dir} holds a checkpoint of resnet18 .*not of --model resnet34"):
+    with pytest.raises(ValueError, match=f"--log_dir {log_dir} holds a checkpoint of testnet .*not of --model resnet34"):
         train(make_config(**{**TINY, "model": "resnet34"}, data_dir=stripes, log_dir=str(log_dir)))
 
 
@@ -182,7 +186,7 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path):
     assert sorted(os.listdir(log_dir / "checkpoints")) == sorted(
         ["checkpoint"] + [f"ckpt-{s}.{ext}" for s in (100, 108, 120) for ext in ("index", "data-00000-of-00001")])
     record = checkpoints.describe(str(log_dir / "checkpoints" / "ckpt-120"))
-    assert (record.model, record.num_classes, record.step, record.data_config["input_size"]) == ("resnet18", 2, 120, 32)
+    assert (record.model, record.num_classes, record.step, record.data_config["input_size"]) == ("testnet", 2, 120, 32)
     config = json.loads((log_dir / "config.json").read_text())
     assert (config["num_classes"], config["image_size"], config["seed"]) == (2, 32, 1)
     assert os.listdir(log_dir / "tensorboard")
@@ -198,7 +202,7 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path):
     by_pixels = loaded.signatures["serving_default"](images=pixels)
     assert by_pixels["logits"].shape == (1, 2) and by_pixels["logits"].dtype == tf.float32
     assert (export_dir / "labels.txt").read_text() == "hstripes\thstripes\nvstripes\tvstripes\n"
-    assert json.loads((export_dir / "tfcnn.json").read_text())["model"] == "resnet18"
+    assert json.loads((export_dir / "tfcnn.json").read_text())["model"] == "testnet"
     # the SavedModel (normalization inside) scores the validation split as the trainer's own predict did
     from tfcnn.evaluate import evaluate, parse_args
 
@@ -215,10 +219,10 @@ def test_the_weight_average_is_what_checkpoints_evaluate_and_export(stripes, tmp
     summary = train(make_config(**TINY, data_dir=stripes, num_iter=6, iter_unit="batch", ema_decay=0.5,
                                 optimizer="rmsprop", epsilon=0.001, log_dir=str(log_dir), export_dir=str(export_dir)))
     assert checkpoints.describe(checkpoints.latest_checkpoint(str(log_dir))).averaged
-    averaged = create_model("resnet18", weights=str(log_dir), log=lambda *_: None)  # what tfcnn.evaluate loads
-    source = open_weights("resnet18", str(log_dir))
+    averaged = create_model("testnet", weights=str(log_dir), log=lambda *_: None)  # what tfcnn.evaluate loads
+    source = open_weights("testnet", str(log_dir))
     source.averaged = False
-    raw = create_model("resnet18", weights=source, log=lambda *_: None)
+    raw = create_model("testnet", weights=source, log=lambda *_: None)
     assert any(not np.allclose(a, b) for a, b in zip(averaged.get_weights(), raw.get_weights()))
     pixels = tf.cast(tf.random.stateless_uniform([2, 32, 32, 3], seed=(3, 4), maxval=256, dtype=tf.int32), tf.float32)
     data = averaged.data_config
@@ -232,7 +236,7 @@ def test_trainer_feeds_the_model_normalized_images():
     from tfcnn.models import create_model
     from tfcnn.training.trainer import ClassifierTrainer
 
-    model = create_model("resnet18", num_classes=3, input_shape=(32, 32, 3))
+    model = create_model("testnet", num_classes=3, input_shape=(32, 32, 3))
     mean, std = (100.0, 110.0, 120.0), (50.0, 60.0, 70.0)
     trainer = ClassifierTrainer(model, 3, mean=mean, std=std)
     images = tf.cast(tf.random.stateless_uniform([2, 32, 32, 3], seed=(1, 2), maxval=256, dtype=tf.int32), tf.uint8)
@@ -254,7 +258,7 @@ def test_xla_steps_match_the_plain_steps():
     initial = None
     finals = []
     for use_xla in (False, True):
-        model = create_model("resnet18", num_classes=3, input_shape=(32, 32, 3))
+        model = create_model("testnet", num_classes=3, input_shape=(32, 32, 3))
         initial = initial or model.get_weights()
         model.set_weights(initial)
         trainer = ClassifierTrainer(model, 3, mean=(120.0, 115.0, 100.0), std=(60.0, 57.0, 58.0), use_xla=use_xla)
@@ -326,12 +330,13 @@ def test_rerunning_a_complete_run_does_nothing(stripes, tmp_path, capsys):
 @pytest.mark.slow
 def test_killed_run_resumes_from_its_last_checkpoint(stripes, tmp_path):
     """SIGKILL at an arbitrary moment: the latest checkpoint is complete and the rerun continues from it."""
-    args = [sys.executable, os.path.join(REPO, "examples", "train.py"), "--model=resnet18", f"--data_dir={stripes}",
+    args = [sys.executable, SMALL_TRAIN_PY, "--model=testnet_slow", f"--data_dir={stripes}",
             "--image_size=32", "--batch_size=8", "--num_iter=1000", "--checkpoint_every=3", "--display_every=2",
             f"--log_dir={tmp_path}", "--warmup_epochs=0"]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     deadline = time.time() + 240
-    while time.time() < deadline and not (checkpoints.latest_checkpoint(str(tmp_path)) or "").endswith(("-9", "-12")):
+    latest_step = lambda: int((checkpoints.latest_checkpoint(str(tmp_path)) or "-0").rsplit("-", 1)[1])  # noqa: E731
+    while time.time() < deadline and latest_step() < 9:
         time.sleep(0.2)
     process.send_signal(signal.SIGKILL)
     process.wait()
@@ -403,7 +408,7 @@ def test_two_ranks_keep_identical_weights(stripes, tmp_path, launcher):
     import weightgen
 
     init = weightgen.write_safetensors(weightgen.fixture("resnet18"), tmp_path / "resnet18.safetensors")
-    config = dict(TINY, data_dir=stripes, num_iter=10, iter_unit="batch", lr=0.4, warmup_epochs=0.5,
+    config = dict(TINY, model="resnet18", data_dir=stripes, num_iter=10, iter_unit="batch", lr=0.4, warmup_epochs=0.5,
                   log_dir=str(tmp_path / "run"), init_weights=init, ema_decay=0.9)
     out = run_probe(launcher, config, tmp_path / "out")
     assert "2 rank(s) x batch 8 = global batch 16" in out
@@ -446,7 +451,7 @@ def test_fp16_overflow_on_one_rank_skips_the_step_on_all(stripes, tmp_path):
 def test_a_killed_rank_ends_a_run_at_once_and_leaves_its_checkpoints(stripes, tmp_path):
     """Not elastic: a rank killed mid-run (as by the OOM killer or a lost machine) stops the whole job with
     a non-zero exit that names the rank, in seconds rather than at a collective timeout."""
-    args = [os.path.join(REPO, "examples", "train.py"), "--model=resnet18", f"--data_dir={stripes}", "--image_size=32",
+    args = [SMALL_TRAIN_PY, "--model=testnet_slow", f"--data_dir={stripes}", "--image_size=32",
             "--batch_size=8", "--num_iter=1000", "--checkpoint_every=4", "--display_every=4", "--warmup_epochs=0",
             f"--log_dir={tmp_path}"]
     output = tmp_path / "job.log"  # a file, not a pipe: nothing blocks however much the job prints
@@ -462,4 +467,4 @@ def test_a_killed_rank_ends_a_run_at_once_and_leaves_its_checkpoints(stripes, tm
     assert "Process 1 exit with status code 137" in out, out[-2000:]
     latest = checkpoints.latest_checkpoint(str(tmp_path))
     record = checkpoints.describe(latest)  # complete and readable: written before the index pointed at it
-    assert record.model == "resnet18" and record.step > 0
+    assert record.model == "testnet_slow" and record.step > 0

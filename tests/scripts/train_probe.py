@@ -4,10 +4,11 @@
         [--interrupt_at_step S]
 
 Writes OUT_DIR/rank{r}.npz: the final trainable weights (and moving averages of all weights with
---ema_decay), and per step the loss scale (fp16) and a float64 digest of the weights; OUT_DIR/summary{r}.json: train()'s summary. --inject_inf_* makes one
-rank's gradients infinite at one step (as an fp16 overflow would); --interrupt_at_step raises
-KeyboardInterrupt at the end of a step (as an exception out of a callback would). A run stopped by a
-stop signal or --max_minutes exits with status 75, as examples/train.py does.
+--ema_decay), and per step the loss scale (fp16) and a float64 digest of the weights; OUT_DIR/summary{r}.json:
+train()'s summary. --inject_inf_* makes one rank's gradients infinite at one step (as an fp16 overflow would);
+--interrupt_at_step raises KeyboardInterrupt at the end of a step (as an exception out of a callback would). A
+run stopped by a stop signal or --max_minutes exits with status 75, as examples/train.py does. The tests'
+small models (tests/testnet.py) are registered besides the zoo.
 """
 import argparse
 import json
@@ -17,9 +18,11 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import testnet  # noqa: E402
 from tfcnn import distributed
 from tfcnn.training import make_config, train
-from tfcnn.training.stopping import PREEMPTED_EXIT_CODE
+from tfcnn.training.stopping import exit_preempted
 from tfcnn.training.trainer import ClassifierTrainer
 
 
@@ -71,6 +74,7 @@ def main():
     parser.add_argument("--inject_inf_step", type=int)
     parser.add_argument("--interrupt_at_step", type=int, default=-1)
     args = parser.parse_args()
+    testnet.register()
     os.makedirs(args.out_dir, exist_ok=True)
     if args.inject_inf_step is not None:
         inject_inf(args.inject_inf_rank, args.inject_inf_step)
@@ -83,7 +87,7 @@ def main():
     with open(os.path.join(args.out_dir, f"summary{distributed.rank()}.json"), "w") as f:
         json.dump(summary, f)
     if "preempted" in summary:  # as examples/train.py
-        sys.exit(PREEMPTED_EXIT_CODE)
+        exit_preempted(summary["config"]["stop_signals"])
 
 
 if __name__ == "__main__":

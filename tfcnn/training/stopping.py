@@ -11,13 +11,18 @@ train() reports the run as stopped; examples/train.py exits with PREEMPTED_EXIT_
 Rerunning the same command resumes from that checkpoint, exactly as after any checkpoint.
 
 A second signal while stopping is noted and ignored: the stop is already under way, and the checkpoint
-is not cut short by it. Only a second SIGINT (Ctrl-C again) raises KeyboardInterrupt at once, as a user
-who insists expects; a checkpoint it cuts short is never the latest one (TensorFlow writes the data
-files first, then rewrites the `checkpoint` index atomically).
+is not cut short by it. That holds until the process exits: after a stop by a signal, train() returns with
+the handlers still installed, and exit_preempted() ignores the stop signals while Python and TensorFlow
+shut down (Python's finalization puts back the default handlers): a repeated SIGTERM meeting the default
+would end the process with the signal's status (143) instead of 75, and a scheduler would read a failure.
+Only a second SIGINT (Ctrl-C again) raises KeyboardInterrupt at once, as a user who insists expects; a
+checkpoint it cuts short is never the latest one (TensorFlow writes the data files first, then rewrites
+the `checkpoint` index atomically).
 """
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 
@@ -31,7 +36,8 @@ PREEMPTED_EXIT_CODE = 75
 
 class StopRequest:
     """Notes the first stop signal this process receives, and whether max_minutes have passed since it
-    was made. A context manager: the handlers are installed inside and the previous ones put back after."""
+    was made. A context manager: the handlers are installed inside and the previous ones put back after,
+    unless a stop signal came (the process is on its way out: repeats stay noted and ignored)."""
 
     def __init__(self, signals: str = "none", max_minutes: float = 0.0, log=print):
         """signals: --stop_signals' value (e.g. 'TERM,INT,USR1', or 'none')."""
@@ -77,10 +83,21 @@ class StopRequest:
         return self
 
     def __exit__(self, *exc):
+        if self.received:
+            return False
         for number, handler in self._previous.items():
             signal.signal(number, handler)
         self._previous.clear()
         return False
+
+
+def exit_preempted(signals: str) -> None:
+    """Exits with PREEMPTED_EXIT_CODE ("resume me"), the stop signals ignored from now on. SIGINT excepted:
+    Ctrl-C again still ends the process at once, as a user who insists expects."""
+    for name in parse_signals(signals):
+        if name != "INT":
+            signal.signal(getattr(signal, f"SIG{name}"), signal.SIG_IGN)
+    sys.exit(PREEMPTED_EXIT_CODE)
 
 
 class StopAgreement(tf.keras.callbacks.Callback):

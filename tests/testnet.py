@@ -1,0 +1,69 @@
+"""Small registered models for the trainer's tests: what they check (resume, stops, accumulation, ranks
+agreeing, checkpoints, export) is the trainer's, not a zoo model's, and ResNet-18 made each of them spend
+most of its time in convolutions (0.65 s per step of 16 at 32 px on a 2-core AVX2 machine; this: 6 ms).
+The zoo's own training is test_models.py's.
+
+    testnet        two 3x3 stride-2 convolutions with batch norm, global pool, float32 logits
+    testnet_nobn   the same without batch norm: its gradients do not depend on how a batch is split
+    testnet_slow   testnet whose training steps take at least 0.1 s, as real ones do: a stop or a kill
+                   then lands mid-run (its sleep is a host call, so it cannot be exported or compiled)
+
+register() adds them to tfcnn's registry (tests/scripts/ do it in their processes); the `testnet`
+fixture of conftest.py does it for one test and removes them after, so the zoo tests see the zoo only.
+"""
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tfcnn.models import registry
+from tfcnn.models.weights import IMAGENET_MEAN, IMAGENET_STD
+
+layers = tf.keras.layers
+FILTERS = (8, 16)
+VARIANTS = {"testnet": dict(batch_norm=True, step_seconds=0.0),
+            "testnet_nobn": dict(batch_norm=False, step_seconds=0.0),
+            "testnet_slow": dict(batch_norm=True, step_seconds=0.1)}
+
+
+class SleepWhileTraining(layers.Layer):
+    """Identity; in training, first waits `seconds` (a step of a model this small is otherwise
+    milliseconds long, too short to signal or kill a run mid-way)."""
+
+    def __init__(self, seconds, **kwargs):
+        super().__init__(**kwargs)
+        self.seconds = seconds
+
+    def call(self, inputs, training=None):
+        if not training:
+            return inputs
+        slept = tf.numpy_function(lambda: np.float32(time.sleep(self.seconds) or 0.0), [], tf.float32, stateful=True)
+        with tf.control_dependencies([slept]):
+            return tf.identity(inputs)
+
+
+def testnet(*, num_classes, input_shape, name, batch_norm, step_seconds):
+    x = inputs = tf.keras.Input(input_shape, name="images")
+    if step_seconds:
+        x = SleepWhileTraining(step_seconds, name="sleep")(x)
+    for index, filters in enumerate(FILTERS, start=1):
+        x = layers.Conv2D(filters, 3, strides=2, padding="same", use_bias=not batch_norm, name=f"conv{index}")(x)
+        if batch_norm:
+            x = layers.BatchNormalization(epsilon=1e-5, name=f"bn{index}")(x)
+        x = layers.ReLU(name=f"relu{index}")(x)
+    x = layers.GlobalAveragePooling2D(name="pool")(x)
+    logits = layers.Dense(num_classes, dtype="float32", name="head_fc")(x)  # float32 under mixed precision
+    return tf.keras.Model(inputs, logits, name=name)
+
+
+def register():
+    for name, arch in VARIANTS.items():
+        if name not in registry.list_models():
+            info = registry.ModelInfo(name=name, input_size=32, crop_fraction=0.875, mean=IMAGENET_MEAN,
+                                      std=IMAGENET_STD, top1=0.0, params=0, gmacs=0.0, min_size=4)
+            registry.register_model(name, testnet, info, **arch)
+
+
+def unregister():
+    for name in VARIANTS:
+        registry._REGISTRY.pop(name, None)  # tests only: the registry offers no removal
