@@ -18,6 +18,7 @@ from imagenet_prep import build_tfrecords as bt
 from tfcnn.data import dali, dali_index, pipeline, records
 
 from launchers import HOROVODRUN_GLOO
+from testnet import TRAIN_PY, WITH_TESTNET
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_dali = pytest.mark.skipif(dali.missing_reason() is not None, reason=dali.missing_reason() or "")
@@ -310,7 +311,7 @@ def test_a_label_outside_the_model_classes_stops_the_pipeline(stripes):
 @pytest.mark.slow
 def test_two_ranks_train_with_dali_cpu_and_evaluation_counts_exactly(stripes, tmp_path):
     log_dir = tmp_path / "run"
-    train = [sys.executable, os.path.join(REPO, "examples", "train.py"), "--model=resnet18", f"--data_dir={stripes}",
+    train = [sys.executable, *TRAIN_PY, "--model=testnet", f"--data_dir={stripes}",
              "--data_backend=dali_cpu", "--image_size=32", "--batch_size=8", "--num_iter=10", "--lr=1.0",
              "--warmup_epochs=0", "--label_smoothing=0", "--display_every=12", f"--log_dir={log_dir}"]
     done = subprocess.run(HOROVODRUN_GLOO + train, capture_output=True, text=True, timeout=900, cwd=REPO)
@@ -321,8 +322,8 @@ def test_two_ranks_train_with_dali_cpu_and_evaluation_counts_exactly(stripes, tm
     results = {}
     for backend, launcher in (("dali_cpu", HOROVODRUN_GLOO), ("tf", [])):
         out = tmp_path / f"{backend}.json"
-        evaluate = [sys.executable, "-m", "tfcnn.evaluate", f"--data_dir={stripes}", f"--log_dir={log_dir}",
-                    f"--data_backend={backend}", "--batch_size=5", "--quiet", f"--output={out}"]
+        evaluate = [sys.executable, WITH_TESTNET, "-m", "tfcnn.evaluate", f"--data_dir={stripes}",
+                    f"--log_dir={log_dir}", f"--data_backend={backend}", "--batch_size=5", "--quiet", f"--output={out}"]
         done = subprocess.run(launcher + evaluate, capture_output=True, text=True, timeout=600, cwd=REPO)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         results[backend] = json.loads(out.read_text())

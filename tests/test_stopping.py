@@ -17,11 +17,11 @@ from tfcnn import checkpoints
 from tfcnn.training import make_config, train
 from tfcnn.training.stopping import PREEMPTED_EXIT_CODE, StopRequest
 
+from testnet import TRAIN_PY
 from launchers import HOROVODRUN_GLOO, MPIEXEC, logged_steps, needs_mpi, wait_for, worker_processes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(REPO, "tests", "scripts", "train_probe.py")
-TRAIN_PY = os.path.join(REPO, "tests", "scripts", "train_small.py")  # examples/train.py, and tests/testnet.py
 # The stops need steps that take a while (testnet_slow's); accumulation, batch-norm free ones (testnet_nobn).
 pytestmark = pytest.mark.usefixtures("testnet")
 TINY = dict(model="testnet_slow", image_size=32, batch_size=8, warmup_epochs=0, lr=0.5, benchmark_warmup_steps=0,
@@ -158,13 +158,13 @@ def test_two_ranks_accumulating_equal_two_ranks_with_the_larger_batch(stripes, t
 
 # ------------------------------------------------------------------------------------- stopping
 
-def _start(launcher, config, out_dir, log_path, script=PROBE):
+def _start(launcher, config, out_dir, log_path, script=(PROBE,)):
     """The run in the background, its output to log_path. horovodrun kills its workers 5 s after passing
     them SIGTERM; a busy test machine may need longer to finish the step and the save (tfcnn's Horovod
     patch 09 makes that time configurable)."""
-    args = [json.dumps(config), str(out_dir)] if script == PROBE else config
+    args = [json.dumps(config), str(out_dir)] if script == (PROBE,) else config
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HOROVOD_GRACEFUL_TERMINATION_TIME_S": "60"}
-    return subprocess.Popen(launcher + [sys.executable, script, *args], stdout=open(log_path, "w"),
+    return subprocess.Popen(launcher + [sys.executable, *script, *args], stdout=open(log_path, "w"),
                             stderr=subprocess.STDOUT, cwd=REPO, env=env)
 
 
@@ -246,7 +246,7 @@ def test_sigusr1_to_mpiexec_stops_with_status_75(stripes, tmp_path):
 def test_time_limit_stops_with_status_75_and_the_rerun_finishes(stripes, tmp_path):
     """--max_minutes: a plain single-process run stops cleanly at the limit; the same command without it
     (or with a later limit) resumes and completes."""
-    args = [sys.executable, TRAIN_PY, "--model=testnet", f"--data_dir={stripes}", "--image_size=32",
+    args = [sys.executable, *TRAIN_PY, "--model=testnet", f"--data_dir={stripes}", "--image_size=32",
             "--batch_size=8", "--num_iter=6", "--iter_unit=batch", "--warmup_epochs=0", "--display_every=1",
             f"--log_dir={tmp_path}", "--max_minutes=0.0001"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=REPO)

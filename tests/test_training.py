@@ -16,6 +16,7 @@ from tfcnn import checkpoints
 from tfcnn.training.optimizers import build_optimizer, decayed_variables
 from tfcnn.training.schedules import WarmupDecay
 
+from testnet import TRAIN_PY
 from launchers import HOROVODRUN_GLOO, MPIEXEC, needs_mpi, wait_for, worker_processes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,7 +26,6 @@ TINY = dict(model="testnet", image_size=32, batch_size=8, display_every=4, warmu
 
 
 pytestmark = pytest.mark.usefixtures("testnet")  # the trainer's tests train tests/testnet.py's small models
-SMALL_TRAIN_PY = os.path.join(REPO, "tests", "scripts", "train_small.py")  # examples/train.py, and those models
 
 
 def run_probe(launcher, config, out_dir, *extra, timeout=600):
@@ -330,7 +330,7 @@ def test_rerunning_a_complete_run_does_nothing(stripes, tmp_path, capsys):
 @pytest.mark.slow
 def test_killed_run_resumes_from_its_last_checkpoint(stripes, tmp_path):
     """SIGKILL at an arbitrary moment: the latest checkpoint is complete and the rerun continues from it."""
-    args = [sys.executable, SMALL_TRAIN_PY, "--model=testnet_slow", f"--data_dir={stripes}",
+    args = [sys.executable, *TRAIN_PY, "--model=testnet_slow", f"--data_dir={stripes}",
             "--image_size=32", "--batch_size=8", "--num_iter=1000", "--checkpoint_every=3", "--display_every=2",
             f"--log_dir={tmp_path}", "--warmup_epochs=0"]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
@@ -451,7 +451,7 @@ def test_fp16_overflow_on_one_rank_skips_the_step_on_all(stripes, tmp_path):
 def test_a_killed_rank_ends_a_run_at_once_and_leaves_its_checkpoints(stripes, tmp_path):
     """Not elastic: a rank killed mid-run (as by the OOM killer or a lost machine) stops the whole job with
     a non-zero exit that names the rank, in seconds rather than at a collective timeout."""
-    args = [SMALL_TRAIN_PY, "--model=testnet_slow", f"--data_dir={stripes}", "--image_size=32",
+    args = [*TRAIN_PY, "--model=testnet_slow", f"--data_dir={stripes}", "--image_size=32",
             "--batch_size=8", "--num_iter=1000", "--checkpoint_every=4", "--display_every=4", "--warmup_epochs=0",
             f"--log_dir={tmp_path}"]
     output = tmp_path / "job.log"  # a file, not a pipe: nothing blocks however much the job prints

@@ -8,9 +8,11 @@ The zoo's own training is test_models.py's.
     testnet_slow   testnet whose training steps take at least 0.1 s, as real ones do: a stop or a kill
                    then lands mid-run (its sleep is a host call, so it cannot be exported or compiled)
 
-register() adds them to tfcnn's registry (tests/scripts/ do it in their processes); the `testnet`
-fixture of conftest.py does it for one test and removes them after, so the zoo tests see the zoo only.
+register() adds them to tfcnn's registry (tests/scripts/ do it in their processes: with_testnet.py before
+any entry point); the `testnet` fixture of conftest.py does it for one test and removes them after, so the
+zoo tests see the zoo only.
 """
+import os
 import time
 
 import numpy as np
@@ -20,6 +22,9 @@ from tfcnn.models import registry
 from tfcnn.models.weights import IMAGENET_MEAN, IMAGENET_STD
 
 layers = tf.keras.layers
+TESTS = os.path.dirname(os.path.abspath(__file__))
+WITH_TESTNET = os.path.join(TESTS, "scripts", "with_testnet.py")  # runs an entry point with these models
+TRAIN_PY = [WITH_TESTNET, os.path.join(os.path.dirname(TESTS), "examples", "train.py")]  # after the Python
 FILTERS = (8, 16)
 VARIANTS = {"testnet": dict(batch_norm=True, step_seconds=0.0),
             "testnet_nobn": dict(batch_norm=False, step_seconds=0.0),
