@@ -12,7 +12,7 @@ TINY = {
     # Without the XLA pair: compiling ResNet-50's step for the CPU takes a minute whatever the size (the
     # trainer's XLA path is tested against plain steps in test_training, the benchmark's in test_evaluate_benchmark).
     "train_step.py": ["--batch_size=2", "--image_size=32", "--steps=2", "--warmup_steps=1", "--repeats=1", "--no_xla"],
-    "input_pipeline.py": ["--num_images=16", "--images=16", "--batch_size=4", "--image_size=32"],
+    "input_pipeline.py": ["--num_images=16", "--images=16", "--batch_size=4", "--image_size=32", "--repeats=1"],
     "prep_conversion.py": ["--num_images=8", "--workers=2"],
     "inference.py": ["--image_size=32", "--large_batch=4", "--steps=4"],
     "memory.py": ["--batch_size=2", "--image_size=32", "--steps=2", "--repeats=1"],

@@ -221,7 +221,7 @@ def test_corrupt_record_is_found_and_named(tmp_path, write_corrupt_shard):
 def test_data_bench_command(shards, tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run([sys.executable, "-m", "tfcnn.data.bench", f"--data_dir={shards}", "--batch_size=4",
-                           "--image_size=32", "--images=16", f"--output={out}"],
+                           "--image_size=32", "--images=16", "--repeats=1", f"--output={out}"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())

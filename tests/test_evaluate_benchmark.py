@@ -17,6 +17,7 @@ from tfcnn.models import create_model, model_info
 from tfcnn import checkpoints
 
 from launchers import HOROVODRUN_GLOO
+from testnet import WITH_TESTNET
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_CLASSES, SIZE = 10, 32
@@ -109,8 +110,8 @@ def test_a_corrupt_validation_record_is_named(eval_setup, tmp_path, write_corrup
 
 @pytest.mark.slow
 def test_benchmark_writes_ordered_percentiles(tmp_path):
-    cmd = [sys.executable, "-m", "tfcnn.benchmark", "--models=resnet18", "--batch_sizes=1,2", "--image_size=32",
-           "--steps=6", "--warmup_steps=1", f"--output_dir={tmp_path}"]
+    cmd = [sys.executable, WITH_TESTNET, "-m", "tfcnn.benchmark", "--models=testnet", "--batch_sizes=1,2",
+           "--image_size=32", "--steps=6", "--warmup_steps=1", f"--output_dir={tmp_path}"]
     for mode in ("train", "inference"):
         done = subprocess.run(cmd + [f"--mode={mode}"], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
@@ -131,7 +132,7 @@ def test_benchmark_writes_ordered_percentiles(tmp_path):
 
 
 def test_benchmark_with_xla_runs_and_notes_it_is_slower_without_a_gpu(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "tfcnn.benchmark", "--models=resnet18", "--batch_sizes=2",
+    done = subprocess.run([sys.executable, WITH_TESTNET, "-m", "tfcnn.benchmark", "--models=testnet", "--batch_sizes=2",
                            "--image_size=32", "--steps=2", "--warmup_steps=1", "--use_xla",
                            f"--output_dir={tmp_path}"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -17,6 +17,7 @@ from tfcnn import checkpoints
 from tfcnn.training import make_config, train
 from tfcnn.training.stopping import PREEMPTED_EXIT_CODE, StopRequest
 
+import testnet
 from testnet import TRAIN_PY
 from launchers import HOROVODRUN_GLOO, MPIEXEC, logged_steps, needs_mpi, wait_for, worker_processes
 
@@ -93,19 +94,6 @@ def test_a_preempted_exit_is_75_whatever_stop_signals_follow():
 
 # -------------------------------------------------------------------------------- accumulation
 
-def _initial_weights(directory, num_classes=2, size=32):
-    """A tfcnn checkpoint of testnet_nobn (no batch norm, no dropout): training from it gives runs whose only
-    randomness is the data's, so a larger batch and its accumulated micro-batches can be compared."""
-    from tfcnn.models import create_model
-
-    tf.keras.utils.set_random_seed(11)
-    model = create_model("testnet_nobn", num_classes=num_classes, input_shape=(size, size, 3))
-    manager = tf.train.CheckpointManager(checkpoints.make_checkpoint(model), os.path.join(directory, "checkpoints"),
-                                         max_to_keep=1, checkpoint_name="ckpt")
-    manager.save(checkpoint_number=0)
-    return str(directory)
-
-
 def _train_recording_weights(config):
     """(summary, the trainable weights at the start, at the end)."""
     weights = []
@@ -119,7 +107,7 @@ def _train_recording_weights(config):
 def test_accumulated_micro_batches_equal_one_large_batch(stripes, tmp_path):
     """4 micro-batches of 8 (asked for as --optimizer_batch_size 32) and one batch of 32: the same images,
     the same learning rate, the same weights after three optimizer steps."""
-    init = _initial_weights(tmp_path / "init")
+    init = testnet.write_checkpoint(tmp_path / "init", "testnet_nobn")  # no randomness but the data's
     common = dict(TINY, model="testnet_nobn", data_dir=stripes, num_iter=3, lr=0.4, init_weights=init,
                   weight_decay=1e-4, label_smoothing=0.1)
     large, initial, expected = _train_recording_weights(dict(common, batch_size=32))
@@ -144,7 +132,7 @@ def run_probe(launcher, config, out_dir, *extra, timeout=600):
 @pytest.mark.slow
 def test_two_ranks_accumulating_equal_two_ranks_with_the_larger_batch(stripes, tmp_path):
     """-np 2 x 2 micro-batches of 8 and -np 2 x 16: one allreduce per optimizer step, the same weights."""
-    init = _initial_weights(tmp_path / "init")
+    init = testnet.write_checkpoint(tmp_path / "init", "testnet_nobn")  # no randomness but the data's
     common = dict(TINY, model="testnet_nobn", data_dir=stripes, num_iter=2, lr=0.4, init_weights=init)
     out = run_probe(HOROVODRUN_GLOO, dict(common, batch_size=8, grad_accum_steps=2), tmp_path / "accumulated")
     assert "2 rank(s) x batch 8 x 2 accumulated = global batch 32" in out

@@ -404,11 +404,12 @@ def test_tensorflow_start_up_lines_are_quiet_unless_the_user_asks(user_level):
 @pytest.mark.parametrize("launcher", [pytest.param(HOROVODRUN_GLOO, id="horovodrun-gloo"),
                                       pytest.param(MPIEXEC, id="mpiexec", marks=needs_mpi)])
 def test_two_ranks_keep_identical_weights(stripes, tmp_path, launcher):
-    """Also fine-tuning: rank 0 alone reads --init_weights (a reference state dict), the others receive it."""
-    import weightgen
+    """Also fine-tuning: rank 0 alone reads --init_weights (a checkpoint of another class count), the others
+    receive it."""
+    import testnet
 
-    init = weightgen.write_safetensors(weightgen.fixture("resnet18"), tmp_path / "resnet18.safetensors")
-    config = dict(TINY, model="resnet18", data_dir=stripes, num_iter=10, iter_unit="batch", lr=0.4, warmup_epochs=0.5,
+    init = testnet.write_checkpoint(tmp_path / "init", "testnet", num_classes=3)
+    config = dict(TINY, data_dir=stripes, num_iter=10, iter_unit="batch", lr=0.4, warmup_epochs=0.5,
                   log_dir=str(tmp_path / "run"), init_weights=init, ema_decay=0.9)
     out = run_probe(launcher, config, tmp_path / "out")
     assert "2 rank(s) x batch 8 = global batch 16" in out
