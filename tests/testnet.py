@@ -69,14 +69,14 @@ def register():
             registry.register_model(name, testnet, info, **arch)
 
 
-def write_checkpoint(directory, name, num_classes=2, seed=11) -> str:
-    """A log dir holding a tfcnn checkpoint of a freshly built `name` (registered), 32 px: --init_weights
-    for a run that must start from known weights."""
+def write_checkpoint(directory, name, num_classes=2, size=32, seed=11, **overrides) -> str:
+    """A log dir holding a tfcnn checkpoint of a freshly built `name` (any registered model, with its builder
+    `overrides`): --init_weights for a run that must start from known weights."""
     from tfcnn import checkpoints
     from tfcnn.models import create_model
 
     tf.keras.utils.set_random_seed(seed)
-    model = create_model(name, num_classes=num_classes, input_shape=(32, 32, 3))
+    model = create_model(name, num_classes=num_classes, input_shape=(size, size, 3), **overrides)
     manager = tf.train.CheckpointManager(checkpoints.make_checkpoint(model), os.path.join(directory, "checkpoints"),
                                          max_to_keep=1, checkpoint_name="ckpt")
     manager.save(checkpoint_number=0)
