@@ -132,8 +132,8 @@ def test_benchmark_writes_ordered_percentiles(tmp_path):
 
 
 def test_benchmark_with_xla_runs_and_notes_it_is_slower_without_a_gpu(tmp_path):
-    done = subprocess.run([sys.executable, WITH_TESTNET, "-m", "tfcnn.benchmark", "--models=testnet", "--batch_sizes=2",
-                           "--image_size=32", "--steps=2", "--warmup_steps=1", "--use_xla",
+    done = subprocess.run([sys.executable, WITH_TESTNET, "-m", "tfcnn.benchmark", "--models=testnet",
+                           "--batch_sizes=2", "--image_size=32", "--steps=2", "--warmup_steps=1", "--use_xla",
                            f"--output_dir={tmp_path}"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "benchmark.json").read_text())

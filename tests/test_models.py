@@ -183,11 +183,11 @@ def test_bad_arguments_raise_value_error_naming_the_value(kwargs, match):
         model_info("nope")
 
 
-# One model per builder and structural option (the trainer's own tests train tests/testnet.py's small
-# models), each at an input where training is not degenerate: at the smallest inputs the last feature maps are 1x1, so with
-# batch 2 a batch norm there normalizes 2 values per channel, its variance is almost nothing, and one SGD
-# step can make the weights non-finite (Xception at 16 px did so on one kernel set, by the luck of the draw
-# on the other). These sizes give every batch norm at least MIN_VALUES_PER_CHANNEL values.
+# One model per builder and structural option (the trainer's own tests train tests/testnet.py's small models),
+# each at an input where training is not degenerate: at the smallest inputs the last feature maps are 1x1, so
+# with batch 2 a batch norm there normalizes 2 values per channel, its variance is almost nothing, and one SGD
+# step can make the weights non-finite (Xception at 16 px did so on one kernel set, by the luck of the draw on
+# the other). These sizes give every batch norm at least MIN_VALUES_PER_CHANNEL values.
 TRAIN_SIZES = {"alexnet": 63, "densenet121": 64, "efficientnet_b0": 48, "googlenet": 48, "inception_resnet_v2": 107,
                "inception_v3": 107, "inception_v4": 107, "mobilenet_v2": 48, "resnet18": 64, "se_resnext50_32x4d": 64,
                "vgg11": 32, "vgg16_bn": 32, "xception": 48}

@@ -132,9 +132,8 @@ def test_an_elastic_run_survives_a_killed_worker_and_takes_it_back(stripes, tmp_
     discovery.chmod(0o755)
     log_dir = tmp_path / "run"
     # examples/train.py with tests/testnet.py's models: testnet_slow's steps take long enough to kill one mid-run
-    args = [*TRAIN_PY, "--elastic", "--model=testnet_slow",
-            f"--data_dir={stripes}",
-            "--image_size=32", "--batch_size=8", "--num_iter=6", "--elastic_commit_every=4", "--display_every=4",
+    args = [*TRAIN_PY, "--elastic", "--model=testnet_slow", f"--data_dir={stripes}", "--image_size=32",
+            "--batch_size=8", "--num_iter=6", "--elastic_commit_every=4", "--display_every=4",
             "--warmup_epochs=0", "--seed=1", f"--log_dir={log_dir}"]
     output = tmp_path / "job.log"
     with two_hosts(tmp_path / "hosts") as hosts, output.open("w") as log:
