@@ -18,7 +18,10 @@ ifeq ($(TF),2.21)
   # (it needs nothing else). TensorBoard no longer comes with TensorFlow; tf.summary needs it.
   TF_VERSION := 2.21.0
   LANE_PYTHONS := 3.10 3.11 3.12 3.13
-  LANE_PACKAGES := tensorboard~=2.21.0 "numpy>=1.26,<3"
+  # ml_dtypes 0.7.0 (which TensorFlow accepts) takes 1.3 s to import, registering its NumPy loops one by one
+  # against all earlier ones; 0.6.0 takes 10 ms. Every process that imports TensorFlow pays it (a quarter
+  # of `import tensorflow`), and the tests start a few hundred.
+  LANE_PACKAGES := tensorboard~=2.21.0 "numpy>=1.26,<3" "ml_dtypes>=0.5.1,<0.7"
   LANE_NO_DEPS := tf_keras==2.21.0
   LANE_ENV := os.environ.setdefault("TF_USE_LEGACY_KERAS", "1");
   # onnxruntime 1.32 has wheels for Python >= 3.11; 1.23 is the last for 3.10.
