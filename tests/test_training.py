@@ -193,6 +193,8 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path):
     assert summary["img_per_sec"] > 0 and summary["img_per_sec_steps"] == 118
     # export: both signatures agree with each other and give distributions
     loaded = tf.saved_model.load(str(export_dir))
+    # the signatures and the weights, not the Keras model layer by layer (slow to write and to load again)
+    assert not hasattr(loaded, "model") and loaded.model_variables
     val_jpeg = next(p for p in sorted(os.listdir(os.path.join(os.path.dirname(stripes), "raw", "val", "vstripes"))))
     data = open(os.path.join(os.path.dirname(stripes), "raw", "val", "vstripes", val_jpeg), "rb").read()
     by_bytes = loaded.signatures["classify_encoded"](encoded=tf.constant([data, data]))
