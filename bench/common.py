@@ -9,6 +9,30 @@ import sys
 import tfcnn  # noqa: F401  (quiets TensorFlow's C++ INFO lines before TensorFlow loads)
 
 
+# tfcnn's models that Keras has an application of, the same architecture: the baselines of train_step.py,
+# memory.py and inference.py (--model). Keras' ResNets are v1, with the stride on the first 1x1 convolution;
+# tfcnn's are v1.5, with it on the 3x3 (4.09 against 3.86 GMACs at ResNet-50).
+KERAS_APPLICATIONS = {
+    "resnet50": "ResNet50", "resnet101": "ResNet101", "resnet152": "ResNet152", "inception_v3": "InceptionV3",
+    "inception_resnet_v2": "InceptionResNetV2", "xception": "Xception", "mobilenet_v2": "MobileNetV2",
+    "densenet121": "DenseNet121", "vgg16": "VGG16", "vgg19": "VGG19", "efficientnet_b0": "EfficientNetB0",
+    "efficientnet_b1": "EfficientNetB1", "efficientnet_b2": "EfficientNetB2", "efficientnet_b3": "EfficientNetB3",
+    "efficientnet_b4": "EfficientNetB4"}
+
+
+def keras_application(model: str, input_shape: tuple, classifier_activation=None):
+    """Keras' own build of tfcnn's `model`, randomly initialized, 1000 outputs (logits by default)."""
+    import tensorflow as tf
+
+    build = getattr(tf.keras.applications, KERAS_APPLICATIONS[model])
+    return build(weights=None, input_shape=input_shape, classifier_activation=classifier_activation)
+
+
+def add_model_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="resnet50", choices=sorted(KERAS_APPLICATIONS), metavar="MODEL",
+                   help="tfcnn's model, against Keras' application of it: " + ", ".join(sorted(KERAS_APPLICATIONS)))
+
+
 def parser(doc: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", help="write the figures as JSON here")

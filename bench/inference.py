@@ -1,6 +1,6 @@
-"""Inference: tfcnn's exported SavedModel vs tf.keras.applications.ResNet50.
+"""Inference: tfcnn's exported SavedModel vs Keras' application of the same model (ResNet50 by default).
 
-    python bench/inference.py [--image_size 224] [--large_batch 64] [--steps 20]
+    python bench/inference.py [--model resnet50] [--image_size 224] [--large_batch 64] [--steps 20]
 
 Latency p50 at batch 1 and throughput at --large_batch, each call timed alone (result fetched). The
 baseline is called two ways: `model.predict` (the one-liner most code uses) and a direct
@@ -9,7 +9,8 @@ baseline is called two ways: `model.predict` (the one-liner most code uses) and 
 import tempfile
 import time
 
-from common import parser, refuse, report  # first: it quiets TensorFlow's C++ logs
+# common first: it quiets TensorFlow's C++ logs
+from common import KERAS_APPLICATIONS, add_model_flag, keras_application, parser, refuse, report
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -28,12 +29,12 @@ def timed(fn, x, steps, warmup=3):
     return np.array(times)
 
 
-def exported_resnet50(image_size, directory):
+def exported_model(model_name, image_size, directory):
     from tfcnn.models import create_model
     from tfcnn.training.export import export_saved_model
 
     tf.keras.utils.set_random_seed(0)
-    model = create_model("resnet50", input_shape=(image_size, image_size, 3))
+    model = create_model(model_name, input_shape=(image_size, image_size, 3))
     export_saved_model(model, directory)
     serve = tf.saved_model.load(directory).signatures["serving_default"]
     return lambda x: serve(images=x)["logits"]
@@ -41,20 +42,21 @@ def exported_resnet50(image_size, directory):
 
 def main():
     p = parser(__doc__)
+    add_model_flag(p)
     p.add_argument("--image_size", type=int, default=224)
     p.add_argument("--large_batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=20)
     args = p.parse_args()
-    size = args.image_size
+    size, keras_name = args.image_size, KERAS_APPLICATIONS[args.model]
     try:
-        keras = tf.keras.applications.ResNet50(weights=None, input_shape=(size, size, 3))
+        keras = keras_application(args.model, (size, size, 3), "softmax")  # as tfcnn's signature, probabilities too
     except Exception as error:
         refuse(SCRIPT, f"the Keras baseline could not be built: {error}")
     with tempfile.TemporaryDirectory() as tmp:
-        tfcnn = exported_resnet50(size, f"{tmp}/resnet50")
-        contenders = {"tfcnn SavedModel serving_default": tfcnn,
-                      "keras ResNet50 model.predict": lambda x: keras.predict(x, batch_size=len(x), verbose=0),
-                      "keras ResNet50 model(x) call": lambda x: keras(x, training=False)}
+        tfcnn = exported_model(args.model, size, f"{tmp}/{args.model}")
+        contenders = {f"tfcnn {args.model} SavedModel": tfcnn,
+                      f"keras {keras_name} model.predict": lambda x: keras.predict(x, batch_size=len(x), verbose=0),
+                      f"keras {keras_name} model(x) call": lambda x: keras(x, training=False)}
         rng = np.random.default_rng(0)
         small = tf.constant(rng.uniform(0, 255, (1, size, size, 3)), tf.float32)
         large = tf.constant(rng.uniform(0, 255, (args.large_batch, size, size, 3)), tf.float32)
@@ -69,7 +71,7 @@ def main():
               "keras call p50 / tfcnn p50 (batch 1)": rows[2]["batch1_p50_ms"] / rows[0]["batch1_p50_ms"],
               f"tfcnn / keras predict ({key})": rows[0][key] / rows[1][key],
               f"tfcnn / keras call ({key})": rows[0][key] / rows[2][key]}
-    report(SCRIPT, f"ResNet-50 inference, fp32, {size} px", rows, ratios, args.output)
+    report(SCRIPT, f"{args.model} inference, fp32, {size} px", rows, ratios, args.output)
 
 
 if __name__ == "__main__":

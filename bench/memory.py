@@ -1,9 +1,9 @@
-"""Memory: peak resident memory of a ResNet-50 training run, tfcnn's trainer vs plain model.fit.
+"""Memory: peak resident memory of a training run (default ResNet-50), tfcnn's trainer vs plain model.fit.
 
-The contenders are those of train_step.py: Keras' ResNet50 (v1) under model.fit, tfcnn's resnet50
-(v1.5) under the same model.fit, and tfcnn's resnet50 through tfcnn's trainer.
+The contenders are those of train_step.py: Keras' application of --model (ResNet50, v1, by default) under
+model.fit, tfcnn's model (resnet50, v1.5) under the same model.fit, and tfcnn's model through tfcnn's trainer.
 
-    python bench/memory.py [--batch_size 32] [--image_size 224] [--steps 3] [--repeats 2]
+    python bench/memory.py [--model resnet50] [--batch_size 32] [--image_size 224] [--steps 3] [--repeats 3]
 
 Each side runs in a fresh child process (so neither inherits the other's allocations); the parent
 reads the child's peak RSS from the kernel (wait4's ru_maxrss) when it exits. The peak of one and the
@@ -16,20 +16,20 @@ import os
 import subprocess
 import sys
 
-from common import parser, refuse, report
-from train_step import CONTENDERS
+from common import add_model_flag, parser, refuse, report
+from train_step import CONTENDERS, contender_name
 
 SCRIPT = "bench/memory.py"
 KINDS = tuple(CONTENDERS)
 
 
-def child(kind, batch_size, image_size, steps):
-    CONTENDERS[kind][1](batch_size, image_size, steps, 1, False)
+def child(kind, model_name, batch_size, image_size, steps):
+    CONTENDERS[kind][1](model_name, batch_size, image_size, steps, 1, False)
 
 
 def peak_rss_mb(kind, args):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, f"--batch_size={args.batch_size}",
-           f"--image_size={args.image_size}", f"--steps={args.steps}"]
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, f"--model={args.model}",
+           f"--batch_size={args.batch_size}", f"--image_size={args.image_size}", f"--steps={args.steps}"]
     process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(process.pid, 0)
     stderr = process.stderr.read().decode(errors="replace")
@@ -40,6 +40,7 @@ def peak_rss_mb(kind, args):
 
 def main():
     p = parser(__doc__)
+    add_model_flag(p)
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--image_size", type=int, default=224)
     p.add_argument("--steps", type=int, default=3)
@@ -47,17 +48,17 @@ def main():
     p.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)  # the measured run itself
     args = p.parse_args()
     if args.child:
-        return child(args.child, args.batch_size, args.image_size, args.steps)
+        return child(args.child, args.model, args.batch_size, args.image_size, args.steps)
     peaks = {kind: [] for kind in KINDS}
     for _ in range(args.repeats):
         for kind in KINDS:
             peaks[kind].append(peak_rss_mb(kind, args))
     low = {kind: min(values) for kind, values in peaks.items()}
-    rows = [{"name": CONTENDERS[kind][0], "peak_rss_mb_lowest": low[kind], "peak_rss_mb_highest": max(peaks[kind])}
-            for kind in KINDS]
+    rows = [{"name": contender_name(kind, args.model), "peak_rss_mb_lowest": low[kind],
+             "peak_rss_mb_highest": max(peaks[kind])} for kind in KINDS]
     ratios = {"tfcnn trainer / keras model.fit (<1 = tfcnn smaller)": low["tfcnn"] / low["keras"],
-              "tfcnn trainer / model.fit of the same resnet50": low["tfcnn"] / low["tfcnn_model_fit"]}
-    report(SCRIPT, f"Peak resident memory, ResNet-50 training, batch {args.batch_size}, {args.image_size} px, fp32",
+              f"tfcnn trainer / model.fit of the same {args.model}": low["tfcnn"] / low["tfcnn_model_fit"]}
+    report(SCRIPT, f"Peak resident memory, {args.model} training, batch {args.batch_size}, {args.image_size} px, fp32",
            rows, ratios, args.output, all_peaks_mb=peaks)
 
 

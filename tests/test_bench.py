@@ -8,14 +8,17 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# train_step.py, inference.py and memory.py on MobileNetV2, the quickest to build and trace of the models Keras
+# has too (building and tracing are most of a smoke run: on ResNet-50, their default, they take up to 45% longer).
 TINY = {
-    # Without the XLA pair: compiling ResNet-50's step for the CPU takes a minute whatever the size (the
+    # Without the XLA pair: compiling a model's step for the CPU takes a minute whatever the size (the
     # trainer's XLA path is tested against plain steps in test_training, the benchmark's in test_evaluate_benchmark).
-    "train_step.py": ["--batch_size=2", "--image_size=32", "--steps=2", "--warmup_steps=1", "--repeats=1", "--no_xla"],
+    "train_step.py": ["--model=mobilenet_v2", "--batch_size=2", "--image_size=32", "--steps=2", "--warmup_steps=1",
+                      "--repeats=1", "--no_xla"],
     "input_pipeline.py": ["--num_images=16", "--images=16", "--batch_size=4", "--image_size=32", "--repeats=1"],
     "prep_conversion.py": ["--num_images=8", "--workers=2"],
-    "inference.py": ["--image_size=32", "--large_batch=4", "--steps=4"],
-    "memory.py": ["--batch_size=2", "--image_size=32", "--steps=2", "--repeats=1"],
+    "inference.py": ["--model=mobilenet_v2", "--image_size=32", "--large_batch=4", "--steps=4"],
+    "memory.py": ["--model=mobilenet_v2", "--batch_size=2", "--image_size=32", "--steps=2", "--repeats=1"],
     "stop_agreement.py": ["--image_size=32", "--batch_size=4", "--steps=6", "--warmup_steps=2", "--repeats=1"],
     "onnx_inference.py": ["--model=resnet18", "--image_size=32", "--batch_sizes=1,2", "--rounds=1", "--calls=1"],
 }
