@@ -48,8 +48,10 @@ def model_fit_rate(model_name, batch_size, image_size, steps, warmup_steps, xla,
     tf.keras.mixed_precision.set_global_policy("float32")
     tf.keras.utils.set_random_seed(0)
     shape = (image_size, image_size, 3)
-    model = keras_application(model_name, shape) if architecture == "keras" else create_model(model_name,
-                                                                                             input_shape=shape)
+    if architecture == "keras":
+        model = keras_application(model_name, shape)
+    else:
+        model = create_model(model_name, input_shape=shape)
     model.compile(optimizer=tf.keras.optimizers.SGD(0.01, momentum=0.9),
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
                   jit_compile=xla)
