@@ -274,7 +274,8 @@ def test_xla_steps_match_the_plain_steps():
 
 
 def test_nan_loss_in_fp32_stops_with_the_step(stripes, tmp_path):
-    with pytest.raises(NonFiniteLossError, match=r"the loss became NaN or infinite at step \d+ \(fp32\)"):
+    with pytest.raises(NonFiniteLossError, match=r"the loss became NaN or infinite at step \d+ \(fp32\): stopping\. "
+                                                 r"Lower --lr or check the data"):
         train(make_config(**{**TINY, "lr": 1e12}, data_dir=stripes, num_iter=40, iter_unit="batch",
                           log_dir=str(tmp_path / "a")))
     with pytest.raises(NonFiniteLossError, match=r"(loss|weights) became NaN or infinite (at|by) step \d+") as error:
@@ -290,6 +291,18 @@ def test_nan_loss_in_fp32_stops_with_the_step(stripes, tmp_path):
         for name in weights.get_variable_to_shape_map():
             if name.startswith("model/") and "OPTIMIZER" not in name:
                 assert np.all(np.isfinite(weights.get_tensor(name))), (step, name)
+
+
+def test_a_batch_norm_over_too_few_values_is_named_at_the_start_and_as_the_likely_cause(stripes, capsys):
+    """At 4 px testnet's second batch norm sees a 1x1 map: batch 2 gives it 2 values per channel. The trainer
+    says so before the first step, and a divergence then names it rather than advising a lower --lr."""
+    cause = r"batch norm bn2 normalizes only 2 values per channel \(--batch_size 2 x its 1x1 input"
+    with pytest.raises(NonFiniteLossError, match=rf"became NaN or infinite .* likely cause: {cause}"):
+        train(make_config(**{**TINY, "lr": 1e12, "image_size": 4, "batch_size": 2}, data_dir=stripes, num_iter=40,
+                          iter_unit="batch"))
+    assert re.search(rf"^tfcnn: warning: {cause}", capsys.readouterr().out, re.M)
+    train(make_config(**{**TINY, "image_size": 8, "batch_size": 2}, data_dir=stripes, num_iter=1, iter_unit="batch"))
+    assert "warning: batch norm" not in capsys.readouterr().out  # 2x2 at bn2: 8 values, enough
 
 
 @pytest.mark.slow
@@ -389,14 +402,18 @@ def test_flags_are_checked_before_tensorflow_loads():
 def test_tensorflow_start_up_lines_are_quiet_unless_the_user_asks(user_level):
     """Not only tfcnn's entry points load TensorFlow: horovodrun's build check does, in a process of Horovod's
     own, as this plain import does. make install's tfcnn-env.pth quiets every Python of the venv before
-    anything is imported, and a TF_CPP_MIN_LOG_LEVEL the user set still wins."""
+    anything is imported, and a TF_CPP_MIN_LOG_LEVEL the user set still wins. One line is beyond it: where
+    TensorFlow runs oneDNN's kernels, 2.21 logs "oneDNN custom operations are on" before its logging reads
+    any level (even at 3), so that notice is set aside here; every other INFO line must follow the level."""
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     if user_level is not None:
         env["TF_CPP_MIN_LOG_LEVEL"] = user_level
     done = subprocess.run([sys.executable, "-c", "import horovod.tensorflow"], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    info_line = re.search(r" I tensorflow/|^I\d{4} \d\d:\d\d:\d\d", done.stdout + done.stderr, re.M)  # TF <= 2.17; 2.21
+    output = "\n".join(line for line in (done.stdout + done.stderr).splitlines()
+                       if "oneDNN custom operations are on" not in line)
+    info_line = re.search(r" I tensorflow/|^I\d{4} \d\d:\d\d:\d\d", output, re.M)  # TF <= 2.17; 2.21
     assert (info_line is not None) == (user_level == "0"), done.stderr[-2000:]
 
 

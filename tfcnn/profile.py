@@ -32,6 +32,18 @@ def count_macs(model: tf.keras.Model) -> int:
     return int(macs)
 
 
+def smallest_batch_norm_input(model: tf.keras.Model) -> tuple[str, tuple[int, ...]] | None:
+    """(name, spatial shape of its input) of the batch norm whose input has the fewest positions: in
+    training it normalizes batch x those positions values per channel, the fewest of the model's batch
+    norms. None for a model without batch norm."""
+    shapes = [(int(np.prod(layer.input_shape[1:-1])), layer.name, tuple(layer.input_shape[1:-1]))
+              for layer in _all_layers(model) if isinstance(layer, tf.keras.layers.BatchNormalization)]
+    if not shapes:
+        return None
+    _, name, shape = min(shapes)
+    return name, shape
+
+
 def _all_layers(model):
     for layer in model.layers:
         if isinstance(layer, tf.keras.Model):

@@ -7,6 +7,7 @@ averaging, the finiteness checks) run on every rank at the same steps, so no ran
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -14,13 +15,37 @@ import tensorflow as tf
 
 from tfcnn import distributed
 from tfcnn.fileio import atomic_write_text
+from tfcnn.profile import smallest_batch_norm_input
 from tfcnn.training.plan import Plan
 
 METRICS_FILE = "metrics.jsonl"
+# Batch norm in training normalizes each channel over batch x height x width values. Below this many its
+# statistics are mostly noise and one step can make the weights non-finite: with 2 values (batch 2 at 1x1),
+# Xception at 16 px and MobileNetV2 at 32 px diverged within 3 steps on one kernel set or the other.
+MIN_BATCH_NORM_VALUES = 8
 
 
 class NonFiniteLossError(RuntimeError):
     pass
+
+
+def small_batch_norm_warning(model, batch_size: int) -> str | None:
+    """Why training `model` at this per-rank batch may diverge at once, or None: a batch norm with
+    fewer than MIN_BATCH_NORM_VALUES values per channel."""
+    smallest = smallest_batch_norm_input(model)
+    if smallest is None or batch_size * math.prod(smallest[1]) >= MIN_BATCH_NORM_VALUES:
+        return None
+    name, shape = smallest
+    return (f"batch norm {name} normalizes only {batch_size * math.prod(shape)} values per channel (--batch_size "
+            f"{batch_size} x its {'x'.join(map(str, shape))} input at this --image_size); below "
+            f"{MIN_BATCH_NORM_VALUES} its batch statistics are mostly noise and training can turn NaN within a few "
+            f"steps: raise --image_size or --batch_size")
+
+
+def _divergence_advice(trainer, plan: Plan) -> str:
+    warning = small_batch_norm_warning(trainer.model, plan.config.batch_size)
+    advice = f"likely cause: {warning}" if warning else "Lower --lr or check the data"
+    return f"{advice}; the last checkpoint holds the state before it"
 
 
 class RunLogger(tf.keras.callbacks.Callback):
@@ -65,8 +90,8 @@ class RunLogger(tf.keras.callbacks.Callback):
         if bad > 0:
             first = int(self.trainer.first_nonfinite_step.numpy())
             where = f"at step {first}" if first >= 0 else f"on another rank before step {step}"
-            raise NonFiniteLossError(f"the loss became NaN or infinite {where} (fp32): stopping. Lower --lr or "
-                                     f"check the data; the last checkpoint holds the state before it")
+            raise NonFiniteLossError(f"the loss became NaN or infinite {where} (fp32): stopping. "
+                                     f"{_divergence_advice(self.trainer, self.plan)}")
         self.trainer.loss_metric.reset_state()
         self.trainer.top1_metric.reset_state()
         now = time.perf_counter()
@@ -141,9 +166,8 @@ class Checkpointer(tf.keras.callbacks.Callback):
         if self.saved_step != step:
             self.trainer.average_statistics_over_ranks()
             if not all_finite(self.trainer.model.variables):
-                raise NonFiniteLossError(
-                    f"the weights became NaN or infinite by step {step}: stopping without saving them. Lower "
-                    f"--lr or check the data; the last checkpoint holds the state before it")
+                raise NonFiniteLossError(f"the weights became NaN or infinite by step {step}: stopping without "
+                                         f"saving them. {_divergence_advice(self.trainer, self.plan)}")
             if distributed.is_chief():
                 self.manager.save(checkpoint_number=step)
             self.saved_step = step

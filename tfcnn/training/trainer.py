@@ -33,7 +33,7 @@ from tfcnn.models.weights import load_weights
 from tfcnn.options import check_mixing
 from tfcnn.precision import set_policy
 from tfcnn.training import mixing
-from tfcnn.training.callbacks import Checkpointer, RunLogger
+from tfcnn.training.callbacks import Checkpointer, RunLogger, small_batch_norm_warning
 from tfcnn.training.optimizers import build_optimizer, decayed_variables, l2_penalty, optimizer_variables
 from tfcnn.training.plan import Plan
 from tfcnn.training.schedules import config_schedule
@@ -194,6 +194,9 @@ def build_trainer(plan: Plan, log=print, lr=None, state=None, broadcast=True):
     model = create_model(config.model, num_classes=plan.num_classes,
                          input_shape=(plan.image_size, plan.image_size, 3), **plan.options)
     model.data_config = plan.data_config
+    warning = small_batch_norm_warning(model, config.batch_size)
+    if warning:
+        log(f"tfcnn: warning: {warning}")
     if plan.init is not None:
         new_head = plan.init_classes is not None and plan.init_classes != plan.num_classes
         if new_head:
