@@ -37,7 +37,7 @@ def small_batch_norm_warning(model, batch_size: int) -> str | None:
         return None
     name, shape = smallest
     return (f"batch norm {name} normalizes only {batch_size * math.prod(shape)} values per channel (--batch_size "
-            f"{batch_size} x its {'x'.join(map(str, shape))} input at this --image_size); below "
+            f"{batch_size} x its {'x'.join(map(str, shape))} input at --image_size {model.input_shape[1]}); below "
             f"{MIN_BATCH_NORM_VALUES} its batch statistics are mostly noise and training can turn NaN within a few "
             f"steps: raise --image_size or --batch_size")
 
