@@ -13,17 +13,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {
     # Without the XLA pair: compiling a model's step for the CPU takes a minute whatever the size (the
     # trainer's XLA path is tested against plain steps in test_training, the benchmark's in test_evaluate_benchmark).
-    "train_step.py": ["--model=mobilenet_v2", "--batch_size=8", "--image_size=32", "--steps=2", "--warmup_steps=1",
+    "train_step.py": ["--model=mobilenet_v2", "--batch_size=2", "--image_size=48", "--steps=2", "--warmup_steps=1",
                       "--repeats=1", "--no_xla"],
     "input_pipeline.py": ["--num_images=16", "--images=16", "--batch_size=4", "--image_size=32", "--repeats=1"],
     "prep_conversion.py": ["--num_images=8", "--workers=2"],
     "inference.py": ["--model=mobilenet_v2", "--image_size=32", "--large_batch=4", "--steps=4"],
-    "memory.py": ["--model=mobilenet_v2", "--batch_size=8", "--image_size=32", "--steps=2", "--repeats=1"],
-    "stop_agreement.py": ["--model=resnet18", "--image_size=32", "--batch_size=8", "--steps=6", "--warmup_steps=2",
+    "memory.py": ["--model=mobilenet_v2", "--batch_size=2", "--image_size=48", "--steps=2", "--repeats=1"],
+    "stop_agreement.py": ["--model=resnet18", "--image_size=64", "--batch_size=2", "--steps=6", "--warmup_steps=2",
                           "--repeats=1"],
     "onnx_inference.py": ["--model=resnet18", "--image_size=32", "--batch_sizes=1,2", "--rounds=1", "--calls=1"],
 }
-# The smoke runs that train a zoo model, at a size and batch where it can (see test_training_smoke_runs_...).
+# The smoke runs that train a zoo model, at a size and batch where it can (see test_training_smoke_runs_...): the
+# sizes test_models trains each at, with its batch of 2 (the cheapest such runs: batch 8 at 32 px costs the same
+# pixels, and ResNet-18's 1x1 maps there are Eigen's slowest shape).
 TRAINING = ("memory.py", "stop_agreement.py", "train_step.py")
 # Scripts of an optional extra: skipped, with the install command, where it is not installed.
 EXTRAS = {"onnx_inference.py": (("tf2onnx", "onnxruntime", "onnx"), "pip install -e '.[onnx]' (or make install ONNX=1)")}
