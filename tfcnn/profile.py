@@ -7,6 +7,8 @@ Counted from the built Keras graph, per image, the way the torchvision/timm tabl
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import tensorflow as tf
 
@@ -36,12 +38,9 @@ def smallest_batch_norm_input(model: tf.keras.Model) -> tuple[str, tuple[int, ..
     """(name, spatial shape of its input) of the batch norm whose input has the fewest positions: in
     training it normalizes batch x those positions values per channel, the fewest of the model's batch
     norms. None for a model without batch norm."""
-    shapes = [(int(np.prod(layer.input_shape[1:-1])), layer.name, tuple(layer.input_shape[1:-1]))
-              for layer in _all_layers(model) if isinstance(layer, tf.keras.layers.BatchNormalization)]
-    if not shapes:
-        return None
-    _, name, shape = min(shapes)
-    return name, shape
+    inputs = [(layer.name, tuple(layer.input_shape[1:-1])) for layer in _all_layers(model)
+              if isinstance(layer, tf.keras.layers.BatchNormalization)]
+    return min(inputs, key=lambda name_and_shape: math.prod(name_and_shape[1]), default=None)
 
 
 def _all_layers(model):

@@ -33,10 +33,13 @@ def small_batch_norm_warning(model, batch_size: int) -> str | None:
     """Why training `model` at this per-rank batch may diverge at once, or None: a batch norm with
     fewer than MIN_BATCH_NORM_VALUES values per channel."""
     smallest = smallest_batch_norm_input(model)
-    if smallest is None or batch_size * math.prod(smallest[1]) >= MIN_BATCH_NORM_VALUES:
+    if smallest is None:
         return None
     name, shape = smallest
-    return (f"batch norm {name} normalizes only {batch_size * math.prod(shape)} values per channel (--batch_size "
+    values = batch_size * math.prod(shape)
+    if values >= MIN_BATCH_NORM_VALUES:
+        return None
+    return (f"batch norm {name} normalizes only {values} values per channel (--batch_size "
             f"{batch_size} x its {'x'.join(map(str, shape))} input at --image_size {model.input_shape[1]}); below "
             f"{MIN_BATCH_NORM_VALUES} its batch statistics are mostly noise and training can turn NaN within a few "
             f"steps: raise --image_size or --batch_size")
