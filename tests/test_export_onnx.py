@@ -127,16 +127,23 @@ def test_saved_model_export_converts_to_the_same_onnx(tmp_path):
 @pytest.mark.slow
 def test_int8_from_a_training_run_keeps_its_accuracy(stripes, tmp_path):
     """A ResNet-18 trained on the stripes, exported from its log dir with int8 calibrated on its train shards,
-    for both targets: int8 scores the validation split within one image of fp32; the TensorRT file holds
-    only symmetric int8 activations and per-channel weights, the CPU one uint8 activations."""
+    for both targets: int8's logits stay close to fp32's, and int8 classifies as fp32 every validation image
+    fp32 is sure of; the TensorRT file holds only symmetric int8 activations and per-channel weights, the CPU
+    one uint8 activations.
+
+    Images near fp32's decision boundary are left out of the agreement on purpose: which ones sit there is the
+    training's draw (it differs between oneDNN's and Eigen's kernels), and int8 may flip any of them (measured:
+    fp32 margins of 0.001-0.18 flipped, with largest logits of 4.5-6.4)."""
     from tfcnn.data import pipeline
-    from tfcnn.metrics import count_correct
     from tfcnn.training import make_config, train
 
     log_dir = tmp_path / "run"
     summary = train(make_config(model="resnet18", image_size=32, batch_size=16, lr=1.0, warmup_epochs=0,
                                 num_iter=6, label_smoothing=0.0, seed=1, data_dir=stripes, log_dir=str(log_dir),
                                 display_every=10**6, benchmark_warmup_steps=0, predict=True))
+    batches = list(pipeline.build_dataset(stripes, "validation", 16, 32, num_classes=2))
+    images = np.concatenate([images for images, _ in batches])
+    labels = np.concatenate([labels for _, labels in batches])
     for target in ("tensorrt", "cpu"):
         out = tmp_path / target
         export_main(["--format=onnx", f"--log_dir={log_dir}", f"--data_dir={stripes}", "--int8",
@@ -144,15 +151,17 @@ def test_int8_from_a_training_run_keeps_its_accuracy(stripes, tmp_path):
         info = json.loads((out / "tfcnn.json").read_text())
         assert info["files"] == {"fp32": "model.onnx", "int8": "model.int8.onnx"}
         assert (info["int8"]["target"], info["int8"]["calibration_images"]) == (target, 192)  # all the shards hold
-        correct = {}
-        for file in ("model.onnx", "model.int8.onnx"):
-            predict = onnx_export.predictor(str(out / file))
-            dataset = pipeline.build_dataset(stripes, "validation", 16, 32, num_classes=2)
-            counts = count_correct(lambda x: tf.numpy_function(predict, [x], tf.float32), dataset)
-            correct[file] = counts["top1_correct"]
-        assert correct["model.onnx"] == round(48 * summary["validation"]["top1"])
-        assert correct["model.onnx"] >= 36, summary["validation"]  # learned: chance is 24 of 48
-        assert abs(correct["model.int8.onnx"] - correct["model.onnx"]) <= 1, (target, correct)
+        fp32, int8 = (onnx_export.predictor(str(out / file))(images) for file in ("model.onnx", "model.int8.onnx"))
+        correct = int((fp32.argmax(1) == labels).sum())
+        assert correct == round(48 * summary["validation"]["top1"])  # the trainer's own evaluation
+        assert correct >= 36, summary["validation"]  # learned: chance is 24 of 48
+        # Measured over 8 trainings on both kernel sets: 0.012-0.079 (TensorRT's symmetric activations the most).
+        error = onnx_export.relative_error(int8, fp32)
+        assert error < 0.15, f"{target}: int8's logits differ from fp32's by {error:.3f} of the largest"
+        largest = np.abs(fp32).max()
+        sure = np.abs(fp32[:, 1] - fp32[:, 0]) >= 0.25 * largest  # 22-36 of the 48 in those trainings
+        assert sure.sum() >= 12, (target, sure.sum())
+        assert (int8.argmax(1) == fp32.argmax(1))[sure].all(), (target, fp32[sure], int8[sure])
         check_quantized(onnx.load(str(out / "model.int8.onnx")).graph, np.int8 if target == "tensorrt" else np.uint8)
 
 

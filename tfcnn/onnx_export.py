@@ -269,7 +269,7 @@ def calibration_batches(data_dir: str, data, count: int, batch_size: int = CALIB
         raise ValueError(f"calibration_images must be a positive integer, received: {count}")
     files = pipeline.list_shards(data_dir, "train")
     ds = tf.data.Dataset.from_tensor_slices(files).interleave(
-        tf.data.TFRecordDataset, cycle_length=min(len(files), count, 64), block_length=1, deterministic=True)
+        tf.data.TFRecordDataset, cycle_length=min(len(files), count, 64), block_length=1)
 
     def view(serialized):
         encoded = records.parse_example(serialized)["encoded"]
