@@ -132,14 +132,15 @@ def test_int8_from_a_training_run_keeps_its_accuracy(stripes, tmp_path):
     one uint8 activations.
 
     Images near fp32's decision boundary are left out of the agreement on purpose: which ones sit there is the
-    training's draw (it differs between oneDNN's and Eigen's kernels), and int8 may flip any of them (measured:
-    fp32 margins of 0.001-0.18 flipped, with largest logits of 4.5-6.4)."""
+    training's draw (it differs between oneDNN's and Eigen's kernels), and int8 may flip any of them (measured
+    after 6 epochs: fp32 margins of 0.001-0.18 flipped, with largest logits of 4.5-6.4). 12 epochs leave fewer
+    there and keep fp32 well above the 36 asked: 42-46 of 48 over 4 seeds on both kernel sets (37-44 after 6)."""
     from tfcnn.data import pipeline
     from tfcnn.training import make_config, train
 
     log_dir = tmp_path / "run"
     summary = train(make_config(model="resnet18", image_size=32, batch_size=16, lr=1.0, warmup_epochs=0,
-                                num_iter=6, label_smoothing=0.0, seed=1, data_dir=stripes, log_dir=str(log_dir),
+                                num_iter=12, label_smoothing=0.0, seed=1, data_dir=stripes, log_dir=str(log_dir),
                                 display_every=10**6, benchmark_warmup_steps=0, predict=True))
     batches = list(pipeline.build_dataset(stripes, "validation", 16, 32, num_classes=2))
     images = np.concatenate([images for images, _ in batches])
@@ -155,12 +156,13 @@ def test_int8_from_a_training_run_keeps_its_accuracy(stripes, tmp_path):
         correct = int((fp32.argmax(1) == labels).sum())
         assert correct == round(48 * summary["validation"]["top1"])  # the trainer's own evaluation
         assert correct >= 36, summary["validation"]  # learned: chance is 24 of 48
-        # Measured over 8 trainings on both kernel sets: 0.012-0.079 (TensorRT's symmetric activations the most).
+        # Measured over those 8 trainings: 0.011-0.044 (0.009-0.079 after 6 epochs; TensorRT's the most).
         error = onnx_export.relative_error(int8, fp32)
         assert error < 0.15, f"{target}: int8's logits differ from fp32's by {error:.3f} of the largest"
         largest = np.abs(fp32).max()
-        sure = np.abs(fp32[:, 1] - fp32[:, 0]) >= 0.25 * largest  # 22-36 of the 48 in those trainings
-        assert sure.sum() >= 12, (target, sure.sum())
+        # int8 moved margins by at most 0.087 of the largest logit there (0.156 after 6 epochs).
+        sure = np.abs(fp32[:, 1] - fp32[:, 0]) >= 0.25 * largest  # 15-38 of the 48 there
+        assert sure.sum() >= 8, (target, sure.sum())
         assert (int8.argmax(1) == fp32.argmax(1))[sure].all(), (target, fp32[sure], int8[sure])
         check_quantized(onnx.load(str(out / "model.int8.onnx")).graph, np.int8 if target == "tensorrt" else np.uint8)
 
