@@ -342,6 +342,40 @@ def test_rerunning_a_complete_run_does_nothing(stripes, tmp_path, capsys):
         train(make_config(**{**config, "num_iter": 2}))
 
 
+def test_an_elastic_run_re_formed_after_its_last_step_ends_cleanly(stripes, tmp_path, monkeypatch, capsys):
+    """Workers that join at the last commit (the epoch end of the last step) make the ranks re-form with no
+    image left to train: the run ends with exit 0 and says so, as it did once in the two-host elastic test
+    (a KeyError there). Horovod's elastic driver is played in-process: commits raise, as when the discovery
+    script offers hosts, until the last step's; then the run goes on, as the driver does after a re-forming."""
+    from tfcnn import distributed
+
+    class HostsAdded(Exception):
+        pass
+
+    def driver(run_once, variables, log=print):
+        saved = []
+
+        def commit():
+            saved[:] = [tf.identity(v) for v in variables]
+            raise HostsAdded()
+
+        while True:
+            try:
+                return run_once(commit)
+            except HostsAdded:
+                for variable, value in zip(variables, saved):
+                    variable.assign(value)
+
+    monkeypatch.setattr(distributed, "is_elastic", lambda: True)
+    monkeypatch.setattr(distributed, "run_elastic", driver)
+    summary = train(make_config(**{**TINY, "elastic_commit_every": 10**6}, data_dir=stripes, num_iter=2,
+                                elastic=True, log_dir=str(tmp_path / "run")))
+    out = capsys.readouterr().out
+    assert "tfcnn: elastic: the run is complete: 384 images by step 48" in out, out
+    assert "done: step 48, nothing left to train" in out, out
+    assert (summary["start_step"], summary["total_steps"], summary["world_sizes"]) == (48, 48, [1, 1, 1])
+
+
 @pytest.mark.slow
 def test_killed_run_resumes_from_its_last_checkpoint(stripes, tmp_path):
     """SIGKILL at an arbitrary moment: the latest checkpoint is complete and the rerun continues from it."""

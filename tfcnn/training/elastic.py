@@ -109,9 +109,10 @@ def train_elastic(launch: Plan, callbacks=(), log=print, stop=None):
                 f"(epoch {plan.epoch_at(start_step):.2f}) with global batch {batch}, "
                 f"lr {schedule.at(start_images, batch):.5f}")
         sizes.append(size)
-        if remaining == 0:
+        if remaining == 0:  # workers joined at the last commit, or the last step's collective failed after it
             say(f"tfcnn: elastic: the run is complete: {total_images} images by step {start_step}")
-            return {"start_step": start_step, "total_steps": start_step, "world_sizes": sizes}
+            return {"start_step": start_step, "total_steps": start_step, "final": None, "train_seconds": 0.0,
+                    "world_sizes": sizes}
         progress = fit_segment(trainer, checkpoint, plan, lambda step: schedule.at(plan.images_at(step - 1), batch),
                                before=[ImagesCounter(images_seen, global_batch)],
                                after=[Committer(commit, config.elastic_commit_every, plan)], callbacks=callbacks,

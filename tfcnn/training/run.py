@@ -99,7 +99,10 @@ def _print_stop(s: dict):
 
 
 def _print_summary(s: dict):
-    lines = [f"done: steps {s['start_step']}-{s['total_steps']} in {s['train_seconds']:.1f} s"]
+    if s["start_step"] == s["total_steps"]:  # an elastic run re-formed after its last step
+        lines = [f"done: step {s['total_steps']}, nothing left to train"]
+    else:
+        lines = [f"done: steps {s['start_step']}-{s['total_steps']} in {s['train_seconds']:.1f} s"]
     if "img_per_sec" in s:
         lines.append(f"  throughput: {s['img_per_sec']:.1f} img/s (global, mean over {s['img_per_sec_steps']} steps, "
                      f"excluding {s['config']['benchmark_warmup_steps']} warmup steps)")
