@@ -16,11 +16,14 @@ import tensorflow as tf
 
 from imagenet_prep import build_tfrecords as bt
 from tfcnn.data import dali, dali_index, pipeline, records
+from tfcnn.data.preprocessing import TrainView
 
 from launchers import HOROVODRUN_GLOO
 from testnet import TRAIN_PY, WITH_TESTNET
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The whole image: the one candidate, or the fallback.
+WHOLE_IMAGE = TrainView("distorted_box", area=(1.0, 1.0), aspect=(1.0, 1.0))
 needs_dali = pytest.mark.skipif(dali.missing_reason() is not None, reason=dali.missing_reason() or "")
 
 
@@ -162,7 +165,7 @@ def test_training_batches_have_the_contract_of_the_tf_backend(stripes):
 @needs_dali
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_training_ranks_read_disjoint_parts_that_together_cover_the_records(stripes, ranks):
-    whole = dict(area_range=(1.0, 1.0), aspect_range=(1.0, 1.0))  # every crop is the whole image
+    whole = dict(train_crop=WHOLE_IMAGE)  # every crop is the whole image
     total = 192
     every = set(fingerprints(dali.build_dataset(stripes, "train", 8, 32, device="cpu", num_classes=2, **whole)
                              .take(2 * total // 8)))

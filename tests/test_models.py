@@ -21,7 +21,8 @@ from tfcnn.profile import count_macs, count_params
 ALL = list_models()
 EXPECTED_NAMES = ["alexnet", "densenet121", "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3",
                   "efficientnet_b4", "googlenet", "inception_resnet_v2", "inception_v3", "inception_v4",
-                  "mobilenet_v2", "resnet101", "resnet152", "resnet18", "resnet34", "resnet50", "resnext101_32x4d",
+                  "mobilenet_v2", "nvidia_se_resnext101_32x4d", "overfeat", "resnet101", "resnet152", "resnet18",
+                  "resnet34", "resnet50", "resnext101_32x4d",
                   "resnext50_32x4d", "se_resnext101_32x4d", "se_resnext50_32x4d", "vgg11", "vgg13", "vgg16",
                   "vgg16_bn", "vgg19", "wide_resnet50_2", "xception"]
 # torchvision / timm definitions, 1000 classes, auxiliary heads off.
@@ -35,6 +36,10 @@ GOLDEN_PARAMS = {
     "resnet18": 11_689_512, "resnet34": 21_797_672, "resnet50": 25_557_032, "resnet101": 44_549_160,
     "resnet152": 60_192_808, "resnext50_32x4d": 25_028_904, "resnext101_32x4d": 44_177_704,
     "se_resnext50_32x4d": 27_559_896, "se_resnext101_32x4d": 48_955_416, "inception_v3": 23_834_568,
+    # NVIDIA's definitions: DeepLearningExamples' SE-ResNeXt (16-unit gates); the NGC script's OverFeat
+    # (overfeat.py's layer list: 34,944 + 614,656 + 1,180,160 + 4,719,616 + 9,438,208 conv, 113,249,280 +
+    # 12,587,008 + 4,097,000 dense).
+    "nvidia_se_resnext101_32x4d": 45_251_128, "overfeat": 145_920_872,
 }
 GOLDEN_GMACS = {
     "googlenet": 1.498, "densenet121": 2.834, "inception_v4": 12.254, "inception_resnet_v2": 13.156,
@@ -49,7 +54,8 @@ GOLDEN_GMACS = {
 # One model per builder and per structural option of it (ResNet's basic block; bottleneck with groups and
 # SE; VGG with and without batch norm), on which builder-level properties are checked.
 REPRESENTATIVES = ["alexnet", "densenet121", "efficientnet_b0", "googlenet", "inception_resnet_v2", "inception_v3",
-                   "inception_v4", "mobilenet_v2", "resnet18", "se_resnext50_32x4d", "vgg11", "vgg16_bn", "xception"]
+                   "inception_v4", "mobilenet_v2", "overfeat", "resnet18", "se_resnext50_32x4d", "vgg11", "vgg16_bn",
+                   "xception"]
 
 
 def small_shape(name):
@@ -195,7 +201,8 @@ def test_bad_arguments_raise_value_error_naming_the_value(kwargs, match):
 # the other). These sizes give every batch norm at least MIN_BATCH_NORM_VALUES values, so the trainer's warning
 # (tfcnn.training.callbacks.small_batch_norm_warning) stays silent.
 TRAIN_SIZES = {"alexnet": 63, "densenet121": 64, "efficientnet_b0": 48, "googlenet": 48, "inception_resnet_v2": 107,
-               "inception_v3": 107, "inception_v4": 107, "mobilenet_v2": 48, "resnet18": 64, "se_resnext50_32x4d": 64,
+               "inception_v3": 107, "inception_v4": 107, "mobilenet_v2": 48, "overfeat": 71, "resnet18": 64,
+               "se_resnext50_32x4d": 64,
                "vgg11": 32, "vgg16_bn": 32, "xception": 48}
 
 

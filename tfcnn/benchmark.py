@@ -60,7 +60,7 @@ def make_step(model_name, mode, batch_size, image_size, precision, use_xla, num_
         forward = tf.function(lambda: model(normalize_batch(images, data.mean, data.std, COMPUTE_DTYPES[precision]),
                                             training=False), jit_compile=use_xla)
         return lambda: forward().numpy()
-    optimizer, _ = build_optimizer("sgd", 0.01, momentum=0.9, loss_scale=precision == "fp16")
+    optimizer, _ = build_optimizer("sgd", 0.01, momentum=0.9, loss_scale="dynamic" if precision == "fp16" else None)
     trainer = ClassifierTrainer(model, num_classes, mean=data.mean, std=data.std, loss_scale=precision == "fp16",
                                 use_xla=use_xla, stop_on_nonfinite=False)
     trainer.compile(optimizer=optimizer)

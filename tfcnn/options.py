@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 
-PRECISIONS = ("fp32", "fp16", "bf16")
+PRECISIONS = ("fp32", "fp16", "bf16", "fp64")
 DATA_BACKENDS = ("tf", "dali_cpu", "dali_gpu")  # tf.data, or NVIDIA DALI decoding on the CPU / on the GPU
 OPTIMIZERS = ("sgd", "rmsprop", "lamb", "adamw")
+# ImageNet's statistics as torchvision and timm give them (of 1.0), on tfcnn's 0-255 scale: the zoo's data
+# configs and the recipes read them here, where no TensorFlow is imported.
+IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+# The elements a recipe fixes (tfcnn.training.optimizers, schedules; tfcnn.models.initializers;
+# tfcnn.data.preprocessing.TRAIN_VIEWS): what each value means is documented where it is implemented.
+MOMENTUM_FORMS = ("pytorch", "keras")
+LARC_MODES = ("clip", "scale")
+WEIGHT_DECAY_SETS = ("kernels", "no_bn", "no_bn_names")
+LR_GRANULARITIES = ("step", "epoch")
+WEIGHT_INITS = ("model", "kaiming_fan_in", "kaiming_fan_out", "glorot_uniform")
+TRAIN_CROPS = ("torchvision", "inception", "ngc")
 
 MAX_OPS = 10  # RandAugment's N
 MAX_MAGNITUDE = 30.0  # RandAugment's M
@@ -72,6 +84,52 @@ def check_mixing(mixup_alpha=0.0, cutmix_alpha=0.0, switch_prob=0.5):
     if isinstance(switch_prob, bool) or not isinstance(switch_prob, (int, float)) or not 0 <= switch_prob <= 1:
         raise ValueError(f"--mix_switch_prob (the probability of CutMix when both --mixup and --cutmix are on) "
                          f"must be in [0, 1], received: {switch_prob!r}")
+
+
+def parse_loss_scale(value) -> float | None:
+    """--loss_scale: 'dynamic' -> None, a positive number (a static scale) -> that float."""
+    if str(value).strip().lower() == "dynamic":
+        return None
+    try:
+        scale = float(value)
+    except (TypeError, ValueError):
+        scale = 0.0
+    if not 0 < scale < float("inf"):
+        raise ValueError(f"--loss_scale must be 'dynamic' or a positive number (a static scale, e.g. 128), "
+                         f"received: {value!r}")
+    return scale
+
+
+def parse_model_options(value) -> dict:
+    """--model_options: a dict, or 'name=value,name=value' text (values: numbers, true/false, none, or
+    words) -> a dict. Which names a model takes is checked when it is built."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    parts = [p.strip() for p in (value if isinstance(value, (list, tuple)) else str(value).split(",")) if p.strip()]
+    options = {}
+    for part in parts:
+        name, equals, text = part.partition("=")
+        if not equals or not name.strip().isidentifier():
+            raise ValueError(f"--model_options takes name=value pairs separated by commas (e.g. "
+                             f"dropout_rate=0.2,zero_init_residual=false), received: {value!r}")
+        options[name.strip()] = _literal(text.strip())
+    return options
+
+
+def _literal(text: str):
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered == "none":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 STOP_SIGNALS = ("TERM", "INT", "USR1", "USR2", "HUP")  # what --stop_signals may name

@@ -1,4 +1,4 @@
-"""The three precisions, as Keras policies and as the dtype of the images fed to a model; and the notes
+"""The precisions, as Keras policies and as the dtype of the images fed to a model; and the notes
 for settings that are slow on the hardware at hand (fp16 or XLA without a GPU)."""
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import os
 
 import tensorflow as tf
 
-POLICIES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
-COMPUTE_DTYPES = {"fp32": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16}
+# fp64: float64 throughout, for checking tfcnn's numerics against a float64 reference (tests/test_recipes.py);
+# slow, and only on CPUs.
+POLICIES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16", "fp64": "float64"}
+COMPUTE_DTYPES = {"fp32": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16, "fp64": tf.float64}
 # CPU extensions with native bfloat16 arithmetic, which oneDNN uses for bf16 convolutions.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 

@@ -41,6 +41,35 @@ class Reference(NamedTuple):
     damped: str | None = None  # regex of the norm weights that end a residual branch (see weightgen)
 
 
+def nvidia_se_resnext101_32x4d():
+    """NVIDIA DeepLearningExamples' SE-ResNeXt101-32x4d (PyTorch ConvNets models/resnet.py:200,
+    common.py:149): timm's with every gate's bottleneck 16 units wide (nn.Linear there, 1x1 convs here)."""
+    from timm.layers import SEModule
+
+    model = timm.create_model("seresnext101_32x4d", pretrained=False)
+    for module in model.modules():
+        if isinstance(getattr(module, "se", None), SEModule):
+            module.se = SEModule(module.se.fc1.in_channels, rd_channels=16)
+    return model
+
+
+def overfeat():
+    """NVIDIA's nvidia-examples/cnn/overfeat.py (NGC TensorFlow 20.10) layer list, written in PyTorch:
+    convolutions and dense layers with biases and ReLU, valid 2x2 max pools, 231 px -> 6x6x1024."""
+    nn = torch.nn
+    features = nn.Sequential(
+        nn.Conv2d(3, 96, 11, stride=4), nn.ReLU(), nn.MaxPool2d(2, 2),
+        nn.Conv2d(96, 256, 5), nn.ReLU(), nn.MaxPool2d(2, 2),
+        nn.Conv2d(256, 512, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(512, 1024, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(1024, 1024, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2, 2))
+    classifier = nn.Sequential(nn.Linear(1024 * 6 * 6, 3072), nn.ReLU(), nn.Linear(3072, 4096), nn.ReLU(),
+                               nn.Linear(4096, 1000))
+    model = nn.Sequential()
+    model.features, model.flatten, model.classifier = features, nn.Flatten(), classifier
+    return model
+
+
 # The norms that end a residual branch: bn3 of a bottleneck, bn2 of a basic block (torchvision / timm).
 BOTTLENECK, BASIC = r"^layer\d+\.\d+\.bn3\.weight$", r"^layer\d+\.\d+\.bn2\.weight$"
 
@@ -55,6 +84,10 @@ REFERENCES = {
     "resnext101_32x4d": Reference("timm resnext101_32x4d", timm_model("resnext101_32x4d"), 64, BOTTLENECK),
     "se_resnext50_32x4d": Reference("timm seresnext50_32x4d", timm_model("seresnext50_32x4d"), 64, BOTTLENECK),
     "se_resnext101_32x4d": Reference("timm seresnext101_32x4d", timm_model("seresnext101_32x4d"), 64, BOTTLENECK),
+    "nvidia_se_resnext101_32x4d": Reference("timm seresnext101_32x4d(se rd_channels=16)", nvidia_se_resnext101_32x4d,
+                                            64, BOTTLENECK),
+    # 231 px, its own size: the adaptive pool is the identity there, as in the script (71 px would repeat pixels).
+    "overfeat": Reference("nvidia-examples/cnn overfeat.py (as a PyTorch Sequential)", overfeat, 231),
     # With its auxiliary head, as torchvision's weight files hold it; transform_input off: tfcnn's
     # data config gives the (x - 0.5) / 0.5 inputs that it would produce.
     "inception_v3": Reference("torchvision inception_v3", torchvision_model(

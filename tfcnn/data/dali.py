@@ -9,13 +9,15 @@ flip on device `local_rank`). DALI is optional (`make install DALI=1`); nothing 
 DALI backend is asked for.
 
 The views are the tf backend's (tfcnn.data.preprocessing):
-- training: a crop sampled as `tf.image.sample_distorted_bounding_box` samples it (aspect ratio uniform in
-  aspect_range, height uniform between those of the smallest and largest area of area_range, offsets
-  uniform; the first of 10 candidates that covers at least 10% of one of the record's boxes, of the whole
-  image when it has none; else the whole image), decoded fused (`decoders.image_slice`), resized bilinearly
-  without antialiasing to image_size, flipped at random. The candidates are drawn and tested as DALI
-  arithmetic on [10]-vectors, so the constraint is TensorFlow's exactly (heights and offsets continuous
-  where TensorFlow rounds them to pixels); the random numbers are DALI's.
+- training: the --train_crop view's crop, drawn as DALI arithmetic on [attempts]-vectors with the tf
+  backend's rules exactly (the random numbers are DALI's): torchvision's RandomResizedCrop (area and
+  log-aspect uniform, whole-pixel sizes and offsets, the first candidate that fits, else the centre crop),
+  or tf.image.sample_distorted_bounding_box's (aspect uniform, height uniform between those of the smallest
+  and largest area, offsets uniform, the first candidate covering min_object_covered of one of the record's
+  boxes or of the whole image, else the whole image; heights and offsets continuous where TensorFlow rounds
+  them to pixels). Decoded fused (`decoders.image_slice`), resized bilinearly, antialiased when the view
+  says so (DALI has no TF1 legacy resize: the ngc view resizes as NVIDIA's own DALI path did, linear
+  without antialiasing), flipped at random.
 - evaluation: the shorter side resized to floor(size / crop_fraction), the centre crop, as one antialiased
   resampling of the crop's window (`resize` with a ROI; bilinear or bicubic), with torchvision's geometry.
 
@@ -49,9 +51,6 @@ else:
 
 INSTALL = "make install DALI=1"
 DEVICES = ("cpu", "gpu")
-# As preprocessing.random_crop_window (tf.image.sample_distorted_bounding_box's arguments there).
-CROP_ATTEMPTS = 10
-MIN_OBJECT_COVERED = 0.1
 READER = "reader"
 BOX_KEYS = ("xmin", "ymin", "xmax", "ymax")  # image/object/bbox/*, in DALI's "xyXY" order
 
@@ -67,7 +66,7 @@ def missing_reason() -> str | None:
 def build_dataset(data_dir: str, split: str, batch_size: int, image_size: int, *, device: str,
                   num_classes: int = 1000, num_shards: int = 1, shard_index: int = 0, seed: int = 0,
                   start_step: int = 0, crop_fraction: float = 0.875, interpolation: str = "bilinear",
-                  augment="none", area_range=(0.08, 1.0), aspect_range=(3 / 4, 4 / 3), shuffle_buffer: int = 10_000,
+                  augment="none", train_crop="torchvision", shuffle_buffer: int = 10_000,
                   num_threads: int | None = None, deterministic: bool = True, synthetic: bool = False, **unsupported):
     """pipeline.build_dataset's batches, made by DALI on `device` ('cpu' or 'gpu'). Same arguments, plus
     num_threads: DALI's CPU worker threads (default: this process's cores divided by the local ranks).
@@ -76,8 +75,8 @@ def build_dataset(data_dir: str, split: str, batch_size: int, image_size: int, *
     the last batch smaller when the count asks for it."""
     flag = f"--data_backend dali_{device}"
     _refuse_what_dali_cannot_do(flag, device, augment, unsupported)
-    pipeline._check_args(batch_size, image_size, num_classes, start_step, area_range, aspect_range, crop_fraction,
-                         interpolation)
+    view = pipeline._check_args(batch_size, image_size, num_classes, start_step, train_crop, crop_fraction,
+                                interpolation)
     if synthetic or data_dir is None:
         return pipeline.synthetic_dataset(batch_size, image_size, num_classes, seed)
     device_id = _device_id(flag) if device == "gpu" else None  # before DALI: installing it would not help
@@ -103,7 +102,7 @@ def build_dataset(data_dir: str, split: str, batch_size: int, image_size: int, *
         encoded = features["image/encoded"]
         if training:
             boxes = [features[f"image/object/bbox/{k}"] for k in BOX_KEYS]
-            images = train_view(encoded, boxes, image_size, area_range, aspect_range, decoder)
+            images = train_view(encoded, boxes, image_size, view, decoder)
         else:
             images = eval_view(encoded, image_size, crop_fraction, interpolation, decoder)
         labels = checked_labels(features["image/class/label"], num_classes)
@@ -232,41 +231,56 @@ def checked_labels(labels, num_classes):
     return types.Constant(np.arange(num_classes, dtype=np.int32))[labels]  # label out of range [1, num_classes]
 
 
-def train_view(encoded, boxes, image_size, area_range, aspect_range, decoder):
-    """Random crop (crop_window), decoded fused, bilinear resize to image_size without antialiasing (as
-    tf.image.resize), rounded to uint8, random horizontal flip. boxes: [xmin, ymin, xmax, ymax] in [0, 1]."""
-    anchor, extent = crop_window(fn.peek_image_shape(encoded), boxes, area_range, aspect_range)
+def train_view(encoded, boxes, image_size, view, decoder):
+    """The view's random crop (crop_window), decoded fused, bilinear resize to image_size (antialiased when
+    the view says so), rounded to uint8, random horizontal flip. boxes: [xmin, ymin, xmax, ymax] in [0, 1]."""
+    anchor, extent = crop_window(fn.peek_image_shape(encoded), boxes, view)
     images = fn.decoders.image_slice(encoded, anchor, extent, device=decoder, output_type=types.RGB, axis_names="HW")
-    images = fn.resize(images, size=[image_size, image_size], interp_type=types.INTERP_LINEAR, antialias=False)
+    images = fn.resize(images, size=[image_size, image_size], interp_type=types.INTERP_LINEAR, antialias=view.antialias)
     return fn.flip(images, horizontal=fn.random.coin_flip(probability=0.5), vertical=0)
 
 
-def crop_window(shape, boxes, area_range, aspect_range):
-    """([top, left], [height, width]), relative to the image, of an Inception-style crop of an image of
-    `shape` (HWC), drawn as tf.image.sample_distorted_bounding_box draws it (see the module docstring):
-    CROP_ATTEMPTS candidates at once; the first that fits the image and covers at least MIN_OBJECT_COVERED
-    of a box (of the whole image when there are none); else the whole image. boxes: [xmin, ymin, xmax, ymax].
+def crop_window(shape, boxes, view):
+    """([top, left], [height, width]), relative to the image, of the view's random crop of an image of
+    `shape` (HWC): view.attempts candidates at once, the first acceptable one, else the fallback window.
 
     Vectors are (y, x) throughout. Every operation is a DALI operator run per sample, so this is written
     in few of them (about 40); tfcnn.data.bench's dali_*_crop_decode_only row shows what they cost."""
-    n = CROP_ATTEMPTS
+    n = view.attempts
     image = fn.cast(shape[0:2], dtype=types.FLOAT)  # [height, width]
     height, width = image[0], image[1]
     pixels = height * width
-    aspect = _uniform(aspect_range, [n])  # width / height
-    # Heights from the smallest area's to the largest's, at most what fits; drawn uniformly in between.
-    low = dmath.sqrt(area_range[0] * pixels / aspect)
-    high = dmath.min(dmath.min(dmath.sqrt(area_range[1] * pixels / aspect), width / aspect), height)
-    crop_h = low + fn.random.uniform(range=[0.0, 1.0], shape=[n]) * (high - low)
-    size = fn.stack(crop_h, crop_h * aspect, axis=1) / image  # [n, 2], relative
-    top_left = fn.random.uniform(range=[0.0, 1.0], shape=[n, 2]) * (1.0 - size)
-    cover = _best_cover(top_left, top_left + size, boxes)
-    accepted = (low <= high) & (cover >= MIN_OBJECT_COVERED)
+    if view.sampler == "resized_crop":  # preprocessing.resized_crop_window
+        target = pixels * _uniform(view.area, [n])
+        ratio = dmath.exp(_uniform((float(np.log(view.aspect[0])), float(np.log(view.aspect[1]))), [n]))
+        crop_w, crop_h = _round_half_even(dmath.sqrt(target * ratio)), _round_half_even(dmath.sqrt(target / ratio))
+        accepted = (crop_w > 0) & (crop_w <= width) & (crop_h > 0) & (crop_h <= height)
+        size = fn.stack(crop_h, crop_w, axis=1)  # [n, 2], pixels
+        top_left = dmath.floor(fn.random.uniform(range=[0.0, 1.0], shape=[n, 2]) * (image - size + 1))
+        top_left, size = top_left / image, size / image
+        in_ratio = width / height
+        narrow, wide = in_ratio < view.aspect[0], in_ratio > view.aspect[1]
+        fallback_w = wide * _round_half_even(height * view.aspect[1]) + (1 - wide) * width
+        fallback_h = narrow * _round_half_even(width / view.aspect[0]) + (1 - narrow) * height
+        fallback = fn.stack(dmath.floor((height - fallback_h) / 2) / height,
+                            dmath.floor((width - fallback_w) / 2) / width, fallback_h / height, fallback_w / width)
+    else:  # tf.image.sample_distorted_bounding_box
+        aspect = _uniform(view.aspect, [n])  # width / height
+        # Heights from the smallest area's to the largest's, at most what fits; drawn uniformly in between.
+        low = dmath.sqrt(view.area[0] * pixels / aspect)
+        high = dmath.min(dmath.min(dmath.sqrt(view.area[1] * pixels / aspect), width / aspect), height)
+        crop_h = low + fn.random.uniform(range=[0.0, 1.0], shape=[n]) * (high - low)
+        size = fn.stack(crop_h, crop_h * aspect, axis=1) / image  # [n, 2], relative
+        top_left = fn.random.uniform(range=[0.0, 1.0], shape=[n, 2]) * (1.0 - size)
+        objects = boxes if view.use_boxes else [types.Constant(np.zeros([0], np.float32))] * 4
+        cover = _best_cover(top_left, top_left + size, objects)
+        accepted = (low <= high) & (cover >= view.min_object_covered)
+        fallback = types.Constant(np.array([0, 0, 1, 1], np.float32))
     # The first accepted candidate: candidate k scores n - k when accepted, 0 when not; the top score wins,
-    # and index n (all scored 0) is the row appended below, the whole image.
+    # and index n (all scored 0) is the row appended below, the fallback.
     first = fn.cast(n - fn.reductions.max(accepted * types.Constant(np.arange(n, 0, -1, dtype=np.float32))),
                     dtype=types.INT32)
-    windows = fn.cat(fn.cat(top_left, size, axis=1), types.Constant(np.array([[0, 0, 1, 1]], np.float32)), axis=0)
+    windows = fn.cat(fn.cat(top_left, size, axis=1), fn.reshape(fallback, shape=[1, 4]), axis=0)
     chosen = windows[first]
     return chosen[0:2], chosen[2:4]
 
@@ -317,7 +331,7 @@ def eval_view(encoded, image_size, crop_fraction, interpolation, decoder):
 
 
 def _round_half_even(values):
-    """Python's round() (torchvision's crop offsets) for values that are whole or halves."""
+    """Python's round(): halves to the even neighbour (torchvision's crop sizes and offsets)."""
     floor = dmath.floor(values)
     odd = floor - 2 * dmath.floor(floor / 2)
     return floor + (values - floor > 0.5) + (values - floor == 0.5) * odd
@@ -350,9 +364,10 @@ def stage_dataset(data_dir: str, batch_size: int, image_size: int, stage: str, *
         if stage == "decode":
             return fn.decoders.image(encoded, device=decoder, output_type=types.RGB).shape()
         boxes = [features[f"image/object/bbox/{k}"] for k in BOX_KEYS]
+        view = preprocessing.TRAIN_VIEWS["torchvision"]
         if stage == "train_image":
-            return train_view(encoded, boxes, image_size, (0.08, 1.0), (3 / 4, 4 / 3), decoder)
-        anchor, extent = crop_window(fn.peek_image_shape(encoded), boxes, (0.08, 1.0), (3 / 4, 4 / 3))
+            return train_view(encoded, boxes, image_size, view, decoder)
+        anchor, extent = crop_window(fn.peek_image_shape(encoded), boxes, view)
         return fn.decoders.image_slice(encoded, anchor, extent, device=decoder, output_type=types.RGB,
                                        axis_names="HW").shape()
 

@@ -70,8 +70,8 @@ def num_classes_of(data_dir: str | None, default: int = 1000) -> int:
 
 def build_dataset(data_dir: str | None, split: str, batch_size: int, image_size: int, *, num_classes: int = 1000,
                   num_shards: int = 1, shard_index: int = 0, seed: int = 0, start_step: int = 0,
-                  crop_fraction: float = 0.875, interpolation: str = "bilinear", area_range=(0.08, 1.0),
-                  aspect_range=(3 / 4, 4 / 3), augment="none",
+                  crop_fraction: float = 0.875, interpolation: str = "bilinear", train_crop="torchvision",
+                  augment="none",
                   shuffle_buffer: int = 10_000, synthetic: bool = False, deterministic: bool = True):
     """A dataset of (images uint8 [batch, size, size, 3] RGB, labels int32 [batch]).
 
@@ -80,11 +80,11 @@ def build_dataset(data_dir: str | None, split: str, batch_size: int, image_size:
     bilinear or bicubic, antialiased), the last batch may be smaller.
     data_dir None or synthetic=True: random images generated once and repeated (benchmarks).
     num_shards / shard_index: the Horovod size / rank; each rank reads a disjoint set of files.
+    train_crop: the training view, a preprocessing.TRAIN_VIEWS name or a preprocessing.TrainView.
     augment: a training image policy (tfcnn.data.augment: none, randaugment:N,M, autoaugment:imagenet),
     applied after the crop and flip, seeded by the element; validation never augments.
     """
-    _check_args(batch_size, image_size, num_classes, start_step, area_range, aspect_range, crop_fraction,
-                interpolation)
+    view = _check_args(batch_size, image_size, num_classes, start_step, train_crop, crop_fraction, interpolation)
     policy = parse_policy(augment)
     if synthetic or data_dir is None:
         return synthetic_dataset(batch_size, image_size, num_classes, seed)
@@ -101,8 +101,7 @@ def build_dataset(data_dir: str | None, split: str, batch_size: int, image_size:
 
         def transform(element_seed, serialized):
             features = records.parse_example(serialized)
-            image = preprocessing.train_image(features["encoded"], features["boxes"], element_seed, image_size,
-                                              area_range, aspect_range)
+            image = preprocessing.train_image(features["encoded"], features["boxes"], element_seed, image_size, view)
             return augment_ops.apply_policy(image, policy, element_seed), features["label"], features["filename"]
 
         ds = ds.map(transform, num_parallel_calls=AUTOTUNE).batch(batch_size, drop_remainder=True)
@@ -169,22 +168,27 @@ def synthetic_dataset(batch_size, image_size, num_classes, seed=0):
     return tf.data.Dataset.from_tensors((tf.cast(images, tf.uint8), labels)).repeat()
 
 
-def _check_args(batch_size, image_size, num_classes, start_step, area_range, aspect_range, crop_fraction,
-                interpolation):
+def _check_args(batch_size, image_size, num_classes, start_step, train_crop, crop_fraction, interpolation):
+    """DataError naming the argument; returns the training view."""
     for name, value in (("batch_size", batch_size), ("image_size", image_size), ("num_classes", num_classes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise DataError(f"{name} must be a positive integer, received: {value!r}")
     if start_step < 0:
         raise DataError(f"start_step must be >= 0, received: {start_step}")
-    if not (0 < area_range[0] <= area_range[1] <= 1):
-        raise DataError(f"area_range must satisfy 0 < min <= max <= 1, received: {area_range}")
-    if not (0 < aspect_range[0] <= aspect_range[1]):
-        raise DataError(f"aspect_range must satisfy 0 < min <= max, received: {aspect_range}")
+    try:
+        view = preprocessing.train_view(train_crop)
+    except ValueError as error:
+        raise DataError(str(error)) from None
+    if not (0 < view.area[0] <= view.area[1] <= 1):
+        raise DataError(f"the training view's area range must satisfy 0 < min <= max <= 1, received: {view.area}")
+    if not (0 < view.aspect[0] <= view.aspect[1]):
+        raise DataError(f"the training view's aspect range must satisfy 0 < min <= max, received: {view.aspect}")
     if not 0 < crop_fraction <= 1:
         raise DataError(f"crop_fraction must be in (0, 1], received: {crop_fraction}")
     if interpolation not in preprocessing.INTERPOLATIONS:
         raise DataError(f"interpolation must be one of {', '.join(preprocessing.INTERPOLATIONS)}, "
                         f"received: {interpolation!r}")
+    return view
 
 
 def find_corrupt_record(files: list[str]) -> str | None:

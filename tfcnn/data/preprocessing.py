@@ -11,43 +11,136 @@ the compute dtype (`normalize_batch`) runs inside the model's compiled step, on 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import tensorflow as tf
 
 
-def random_crop_window(encoded, boxes, seed, area_range=(0.08, 1.0), aspect_range=(3 / 4, 4 / 3),
-                       min_object_covered=0.1, max_attempts=10):
-    """[offset_y, offset_x, height, width] of an Inception-style random crop.
+@dataclasses.dataclass(frozen=True)
+class TrainView:
+    """How a training image is made from its record: a random crop, decoded, resized to the model's size,
+    flipped at random. The `--train_crop` presets (TRAIN_VIEWS) are instances; each element is one a
+    recipe's source fixes.
 
-    boxes: float32 [N, 4] (ymin, xmin, ymax, xmax) in [0, 1]; the crop must cover at least
-    `min_object_covered` of one of them. With no boxes the whole image is the object.
+    sampler: "resized_crop" (torchvision's RandomResizedCrop: area uniform in `area` of the image's,
+      log-aspect uniform in `aspect`, `attempts` tries, else the centre crop of the nearest allowed
+      aspect) or "distorted_box" (tf.image.sample_distorted_bounding_box: aspect uniform, height uniform
+      between those of the smallest and largest area, covering >= min_object_covered of an object, the
+      record's boxes when use_boxes else the whole image; else the whole image).
+    area: the crop's area as a fraction of the image's. aspect: its width / height.
+    antialias: the resize filters as PIL does when it shrinks (its filter widened by the scale); else
+      plain bilinear interpolation. legacy_resize: TF1's resize_images (corner-aligned, without half-pixel
+      centres, no antialiasing), its floats truncated to uint8 as NVIDIA's TF1 scripts cast them; else
+      rounded. dct_method, fancy_upscaling: libjpeg's decoding (INTEGER_ACCURATE is PIL's, bit for bit).
     """
+    sampler: str
+    area: tuple = (0.08, 1.0)
+    aspect: tuple = (3 / 4, 4 / 3)
+    attempts: int = 10
+    min_object_covered: float = 0.1
+    use_boxes: bool = True
+    antialias: bool = False
+    legacy_resize: bool = False
+    dct_method: str = "INTEGER_FAST"
+    fancy_upscaling: bool = True
+
+
+TRAIN_VIEWS = {
+    # NVIDIA's PyTorch ConvNets (dataloaders.py, data_backend pytorch): torchvision's RandomResizedCrop on
+    # PIL images, which PIL decodes with the accurate integer DCT and resizes antialiased.
+    "torchvision": TrainView("resized_crop", antialias=True, dct_method="INTEGER_ACCURATE"),
+    # TF-slim's Inception preprocessing with torchvision's ranges, objects from the record's boxes
+    # (tfcnn's view before the recipes named theirs).
+    "inception": TrainView("distorted_box"),
+    # NGC's nvidia_examples/cnn (nvutils/image_processing.py, 20.10): no boxes, aspect 0.8-1.25, area
+    # 0.1-1, 100 attempts; decode_jpeg(fancy_upscaling=False, dct_method='INTEGER_FAST'); resize_images
+    # BILINEAR; tf.cast to uint8.
+    "ngc": TrainView("distorted_box", area=(0.1, 1.0), aspect=(0.8, 1.25), attempts=100, use_boxes=False,
+                     legacy_resize=True, fancy_upscaling=False),
+}
+
+
+def train_view(name_or_view) -> TrainView:
+    """A TrainView from a --train_crop name (or a TrainView, returned as it is)."""
+    if isinstance(name_or_view, TrainView):
+        return name_or_view
+    if name_or_view not in TRAIN_VIEWS:
+        raise ValueError(f"--train_crop must be one of {', '.join(TRAIN_VIEWS)}, received: {name_or_view!r}")
+    return TRAIN_VIEWS[name_or_view]
+
+
+def resized_crop_window(height, width, uniforms, area=(0.08, 1.0), aspect=(3 / 4, 4 / 3)):
+    """torchvision's RandomResizedCrop.get_params, from uniform draws: int32 [..., 4] (top, left, height,
+    width) for an image of height x width. uniforms: float [..., attempts, 4] in [0, 1): per attempt the
+    area, the log-aspect and the two offsets (any leading shape: one image's, or many draws at once).
+
+    Each attempt: target area = image area x U(area), aspect = exp(U(log aspect)), w = round(sqrt(target x
+    aspect)), h = round(sqrt(target / aspect)) (half to even, as Python's round); the first attempt with
+    0 < w <= width and 0 < h <= height wins, at offsets uniform over the valid integer positions. Else
+    the centre crop of the whole image clamped to the aspect range."""
+    u = tf.cast(uniforms, tf.float64)
+    h_img, w_img = tf.cast(height, tf.float64), tf.cast(width, tf.float64)
+    target = h_img * w_img * (area[0] + u[..., 0] * (area[1] - area[0]))
+    log_low, log_high = np.log(aspect[0]), np.log(aspect[1])
+    ratio = tf.exp(log_low + u[..., 1] * (log_high - log_low))
+    w = tf.round(tf.sqrt(target * ratio))
+    h = tf.round(tf.sqrt(target / ratio))
+    fits = (w > 0) & (w <= w_img) & (h > 0) & (h <= h_img)
+    top = tf.floor(u[..., 2] * (h_img - h + 1))
+    left = tf.floor(u[..., 3] * (w_img - w + 1))
+    candidates = tf.stack([top, left, h, w], axis=-1)  # [..., attempts, 4]
+    first = tf.argmax(tf.cast(fits, tf.int32), axis=-1)  # 0 when none fits: replaced below
+    chosen = tf.gather(candidates, first, axis=-2, batch_dims=len(candidates.shape) - 2)
+    in_ratio = w_img / h_img
+    fallback_w = tf.where(in_ratio > aspect[1], tf.round(h_img * aspect[1]), w_img)
+    fallback_h = tf.where(in_ratio < aspect[0], tf.round(w_img / aspect[0]), h_img)
+    fallback = tf.stack([tf.floor((h_img - fallback_h) / 2), tf.floor((w_img - fallback_w) / 2), fallback_h,
+                         fallback_w])
+    window = tf.where(tf.reduce_any(fits, axis=-1)[..., None], chosen, fallback)
+    return tf.cast(window, tf.int32)
+
+
+def random_crop_window(encoded, boxes, seed, view: TrainView = TRAIN_VIEWS["torchvision"]):
+    """[offset_y, offset_x, height, width] of the view's random crop of a JPEG. boxes: float32 [N, 4]
+    (ymin, xmin, ymax, xmax) in [0, 1], the objects of a distorted_box view that uses them."""
     shape = tf.image.extract_jpeg_shape(encoded)
+    if view.sampler == "resized_crop":
+        return resized_crop_window(shape[0], shape[1], tf.random.stateless_uniform([view.attempts, 4], seed),
+                                   view.area, view.aspect)
+    if not view.use_boxes:
+        boxes = tf.zeros([0, 4], tf.float32)
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        shape, bounding_boxes=tf.expand_dims(boxes, 0), seed=seed, min_object_covered=min_object_covered,
-        aspect_ratio_range=aspect_range, area_range=area_range, max_attempts=max_attempts,
+        shape, bounding_boxes=tf.expand_dims(boxes, 0), seed=seed, min_object_covered=view.min_object_covered,
+        aspect_ratio_range=view.aspect, area_range=view.area, max_attempts=view.attempts,
         use_image_if_no_bounding_boxes=True)
     return tf.stack([begin[0], begin[1], size[0], size[1]])
 
 
-def train_crop(encoded, boxes, seed, area_range=(0.08, 1.0), aspect_range=(3 / 4, 4 / 3)):
-    """The random-area, random-aspect crop of random_crop_window, decoded fused: uint8 [h, w, 3]."""
-    window = random_crop_window(encoded, boxes, seed, area_range, aspect_range)
-    return tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
+def train_crop(encoded, boxes, seed, view: TrainView = TRAIN_VIEWS["torchvision"]):
+    """The view's random crop, decoded fused (libjpeg decodes only that window): uint8 [h, w, 3]."""
+    window = random_crop_window(encoded, boxes, seed, view)
+    return tf.image.decode_and_crop_jpeg(encoded, window, channels=3, dct_method=view.dct_method,
+                                         fancy_upscaling=view.fancy_upscaling)
 
 
-def train_image(encoded, boxes, seed, image_size, area_range=(0.08, 1.0), aspect_range=(3 / 4, 4 / 3)):
+def train_image(encoded, boxes, seed, image_size, view: TrainView = TRAIN_VIEWS["torchvision"]):
     """train_crop resized to image_size x image_size, random horizontal flip. seed: int32/int64 [2].
     Returns uint8 [image_size, image_size, 3]."""
-    image = resize_to_uint8(train_crop(encoded, boxes, seed, area_range, aspect_range), image_size)
+    image = resize_to_uint8(train_crop(encoded, boxes, seed, view), image_size, view)
     return tf.image.stateless_random_flip_left_right(image, seed=seed[::-1])
 
 
-def resize_to_uint8(image, image_size):
-    """Bilinear resize of an [H, W, 3] image to image_size x image_size, rounded back to uint8 (the
-    interpolated values stay within the input's 0-255)."""
-    image = tf.image.resize(image, [image_size, image_size], method="bilinear")
-    return tf.cast(tf.round(image), tf.uint8)
+def resize_to_uint8(image, image_size, view: TrainView = TRAIN_VIEWS["torchvision"]):
+    """The view's bilinear resize of an [H, W, 3] image to image_size x image_size, back to uint8 (the
+    interpolated values stay within the input's 0-255): antialiased and rounded, plain and rounded, or
+    TF1's and truncated."""
+    if view.legacy_resize:
+        image = tf.compat.v1.image.resize_bilinear(image[None], [image_size, image_size], align_corners=False,
+                                                   half_pixel_centers=False)[0]
+        return tf.cast(image, tf.uint8)
+    image = tf.image.resize(image, [image_size, image_size], method="bilinear", antialias=view.antialias)
+    return tf.cast(tf.round(tf.clip_by_value(image, 0.0, 255.0)), tf.uint8)
 
 
 # ScaleAndTranslate's kernels that, antialiased, are PIL's (and so torchvision's and timm's) filters.
@@ -112,7 +205,8 @@ def normalize_batch(images, mean, std, dtype):
     over the batch (measured: 9-13 ms vs 3 ms for 32x224x224x3 on 2 cores).
     """
     height, width = images.shape[1], images.shape[2]
-    scale = np.broadcast_to(1.0 / np.asarray(std, np.float32), (height, width, 3))
-    offset = np.broadcast_to(-np.asarray(mean, np.float32) / np.asarray(std, np.float32), (height, width, 3))
-    normalized = tf.cast(images, tf.float32) * tf.constant(scale) + tf.constant(offset)
+    work = np.float64 if tf.as_dtype(dtype) == tf.float64 else np.float32  # float32, but for float64 models
+    scale = np.broadcast_to(1.0 / np.asarray(std, work), (height, width, 3))
+    offset = np.broadcast_to(-np.asarray(mean, work) / np.asarray(std, work), (height, width, 3))
+    normalized = tf.cast(images, work) * tf.constant(scale) + tf.constant(offset)
     return tf.cast(normalized, dtype)

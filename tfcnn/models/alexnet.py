@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfcnn.models.layers import AdaptiveAveragePooling2D, conv_init
+from tfcnn.models.layers import AdaptiveAveragePooling2D, conv_init, dense_classifier
 from tfcnn.models.registry import ModelInfo, register_model
-from tfcnn.models.weights import IMAGENET_MEAN, IMAGENET_STD, TORCHVISION_DATA, WeightMap, flattened_nchw
+from tfcnn.models.weights import (IMAGENET_MEAN, IMAGENET_STD, TORCHVISION_DATA, WeightMap, flattened_nchw,
+                                  sequential_conv_modules)
 
 layers = tf.keras.layers
 
@@ -39,29 +40,13 @@ def alexnet(*, num_classes, input_shape, name, dropout_rate=0.5):
     # 6x6x256 at 224 (conv1 55x55, pools 27, 13, 6)
     x = AdaptiveAveragePooling2D((POOLED_GRID, POOLED_GRID), name="avgpool")(x)
     x = layers.Flatten(name="flatten")(x)  # NHWC order: see _adapt
-    for index in (1, 2):
-        if dropout_rate:
-            x = layers.Dropout(dropout_rate, name=f"classifier_fc{index}_dropout")(x)
-        x = layers.Dense(HIDDEN, kernel_initializer=tf.keras.initializers.RandomNormal(stddev=0.01),
-                         name=f"classifier_fc{index}")(x)
-        x = layers.ReLU(name=f"classifier_fc{index}_relu")(x)
-    logits = layers.Dense(num_classes, kernel_initializer=tf.keras.initializers.RandomNormal(stddev=0.01),
-                          dtype="float32", name="head_fc")(x)  # float32 logits under mixed precision
+    logits = dense_classifier(x, (HIDDEN, HIDDEN), num_classes, dropout_rate)
     return tf.keras.Model(inputs, logits, name=name)
 
 
-def _feature_modules():
-    """features_convN_conv -> features.I: torchvision's Sequential holds conv, ReLU[, MaxPool] per conv."""
-    modules, index = {}, 0
-    for number, (*_, pool) in enumerate(CONVS, start=1):
-        modules[f"features_conv{number}_conv"] = f"features.{index}"
-        index += 3 if pool else 2
-    return modules
-
-
 # classifier: Dropout(0), Linear(1), ReLU, Dropout, Linear(4), ReLU, Linear(6).
-_MODULES = {**_feature_modules(), "classifier_fc1": "classifier.1", "classifier_fc2": "classifier.4",
-            "head_fc": "classifier.6"}
+_MODULES = {**sequential_conv_modules([pool for *_, pool in CONVS]), "classifier_fc1": "classifier.1",
+            "classifier_fc2": "classifier.4", "head_fc": "classifier.6"}
 
 
 def reference_module(layer_name):

@@ -25,7 +25,7 @@ import re
 
 import tensorflow as tf
 
-from tfcnn.models.layers import AdaptiveAveragePooling2D, classifier_head, conv_bn
+from tfcnn.models.layers import AdaptiveAveragePooling2D, classifier_head, conv_bn, logits_dtype
 from tfcnn.models.registry import DataConfig, ModelInfo, register_model
 from tfcnn.models.weights import WeightMap, flattened_nchw
 
@@ -97,7 +97,7 @@ def aux_head(x, num_classes, dropout_rate, *, name, conv):
     if dropout_rate:
         y = layers.Dropout(dropout_rate, name=f"{name}_dropout")(y)
     return layers.Dense(num_classes, kernel_initializer=tf.keras.initializers.TruncatedNormal(stddev=0.01),
-                        dtype="float32", name=f"{name}_fc2")(y)
+                        dtype=logits_dtype(), name=f"{name}_fc2")(y)
 
 
 def googlenet(*, num_classes, input_shape, name, aux_logits=False, dropout_rate=0.2, aux_dropout_rate=0.7,

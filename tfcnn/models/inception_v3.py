@@ -17,7 +17,7 @@ import re
 
 import tensorflow as tf
 
-from tfcnn.models.layers import classifier_head, conv_bn
+from tfcnn.models.layers import classifier_head, conv_bn, logits_dtype
 from tfcnn.models.registry import DataConfig, ModelInfo, register_model
 from tfcnn.models.weights import WeightMap
 
@@ -99,7 +99,7 @@ def aux_head(x, num_classes, conv):
     y = conv(y, 768, 5, padding="valid", name="aux_conv1")
     y = layers.GlobalAveragePooling2D(name="aux_gap")(y)
     return layers.Dense(num_classes, kernel_initializer=tf.keras.initializers.TruncatedNormal(stddev=0.001),
-                        dtype="float32", name="aux_fc")(y)
+                        dtype=logits_dtype(), name="aux_fc")(y)
 
 
 def inception_v3(*, num_classes, input_shape, name, aux_logits=False, dropout_rate=0.5,

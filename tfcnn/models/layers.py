@@ -111,6 +111,25 @@ def inverted_residual(x, out_channels, *, name, kernel_size=3, stride=1, mid_cha
     return x
 
 
+def dense_classifier(x, hidden, num_classes, dropout_rate):
+    """[dropout ->] dense -> ReLU per width of `hidden` (classifier_fc1, ...), then the logits (head_fc,
+    logits_dtype()): AlexNet's and OverFeat's classifier, on flattened features."""
+    for index, units in enumerate(hidden, start=1):
+        if dropout_rate:
+            x = layers.Dropout(dropout_rate, name=f"classifier_fc{index}_dropout")(x)
+        x = layers.Dense(units, kernel_initializer=tf.keras.initializers.RandomNormal(stddev=0.01),
+                         name=f"classifier_fc{index}")(x)
+        x = layers.ReLU(name=f"classifier_fc{index}_relu")(x)
+    return layers.Dense(num_classes, kernel_initializer=tf.keras.initializers.RandomNormal(stddev=0.01),
+                        dtype=logits_dtype(), name="head_fc")(x)
+
+
+def logits_dtype() -> str:
+    """The dtype of a model's logits layers: float32, also under mixed precision (the loss and softmax stay
+    stable), float64 under a float64 policy."""
+    return "float64" if tf.keras.mixed_precision.global_policy().variable_dtype == "float64" else "float32"
+
+
 def classifier_head(x, num_classes, dropout_rate, name="head"):
     """Global average pool -> dropout -> dense logits. The dense layer runs in float32 so logits
     are float32 under mixed_float16 / mixed_bfloat16 (the loss and softmax stay stable)."""
@@ -118,7 +137,7 @@ def classifier_head(x, num_classes, dropout_rate, name="head"):
     if dropout_rate:
         x = layers.Dropout(dropout_rate, name=f"{name}_dropout")(x)
     return layers.Dense(num_classes, kernel_initializer=tf.keras.initializers.RandomNormal(stddev=0.01),
-                        dtype="float32", name=f"{name}_fc")(x)
+                        dtype=logits_dtype(), name=f"{name}_fc")(x)
 
 
 @tf.keras.utils.register_keras_serializable(package="tfcnn")

@@ -6,7 +6,9 @@
 - ResNeXt (Xie et al., https://arxiv.org/abs/1611.05431): the bottleneck's 3x3 conv is grouped;
   `32x4d` means 32 groups of width 4 in the first stage (width doubles per stage).
 - SE-ResNeXt (Hu et al., https://arxiv.org/abs/1709.01507): ResNeXt with a squeeze-and-excitation
-  gate (reduction 16) on each block's output before the residual add.
+  gate (reduction 16) on each block's output before the residual add. NVIDIA's DeepLearningExamples
+  define theirs with 16 units in every block's gate instead of channels / 16 (models/resnet.py:200,
+  common.py:149): `nvidia_se_resnext101_32x4d`, what their published SE-ResNeXt results were trained as.
 - Wide ResNet-50-2 (Zagoruyko & Komodakis, https://arxiv.org/abs/1605.07146, as torchvision defines it):
   the bottleneck's inner width doubled (width_per_group 128), the outer width unchanged.
 
@@ -22,14 +24,11 @@ import tensorflow as tf
 
 from tfcnn.models.layers import classifier_head, conv_bn, squeeze_excite
 from tfcnn.models.registry import DataConfig, ModelInfo, register_model
-from tfcnn.models.weights import IMAGENET_MEAN as REF_MEAN, IMAGENET_STD as REF_STD, TORCHVISION_DATA, WeightMap
+from tfcnn.models.weights import IMAGENET_MEAN, IMAGENET_STD, TORCHVISION_DATA, WeightMap
 
 layers = tf.keras.layers
 
 STAGE_FILTERS = (64, 128, 256, 512)
-# Caffe-style ImageNet statistics on the 0-255 scale, as NVIDIA's ResNet scripts normalize.
-IMAGENET_MEAN = (123.68, 116.78, 103.94)
-IMAGENET_STD = (58.395, 57.12, 57.375)
 
 
 def basic_block(x, filters, stride, *, name, zero_init_residual, bn, **_):
@@ -41,15 +40,15 @@ def basic_block(x, filters, stride, *, name, zero_init_residual, bn, **_):
 
 
 def bottleneck_block(x, filters, stride, *, name, zero_init_residual, bn, groups, width_per_group,
-                     se_reduction):
+                     se_reduction, se_channels):
     """1x1 reduce -> 3x3 (strided, grouped) -> 1x1 expand (x4) [-> SE]. Output channels: 4 * filters."""
     width = int(filters * width_per_group / 64) * groups
     shortcut = _shortcut(x, 4 * filters, stride, name, bn)
     y = conv_bn(x, width, 1, name=f"{name}_conv1", **bn)
     y = conv_bn(y, width, 3, strides=stride, groups=groups, name=f"{name}_conv2", **bn)
     y = conv_bn(y, 4 * filters, 1, activation=False, zero_gamma=zero_init_residual, name=f"{name}_conv3", **bn)
-    if se_reduction:
-        y = squeeze_excite(y, y.shape[-1] // se_reduction, name=f"{name}_se")
+    if se_reduction or se_channels:
+        y = squeeze_excite(y, se_channels or y.shape[-1] // se_reduction, name=f"{name}_se")
     return _merge(shortcut, y, name)
 
 
@@ -68,17 +67,21 @@ BLOCKS = {"basic": basic_block, "bottleneck": bottleneck_block}
 
 
 def resnet(*, depths, block, num_classes, input_shape, name, groups=1, width_per_group=64,
-           se_reduction=None, zero_init_residual=True, dropout_rate=0.0, bn_epsilon=1e-5, bn_momentum=0.9):
+           se_reduction=None, se_channels=None, stage_filters=STAGE_FILTERS, zero_init_residual=True, dropout_rate=0.0,
+           bn_epsilon=1e-5, bn_momentum=0.9):
     """The ResNet family builder.
 
     depths: blocks per stage, e.g. (3, 4, 6, 3). block: 'basic' or 'bottleneck'.
     groups, width_per_group: ResNeXt cardinality and base width (1, 64 for plain ResNet).
-    se_reduction: squeeze-excitation reduction (16 for SE-ResNeXt), None for none.
+    se_reduction: squeeze-excitation reduction (16 for SE-ResNeXt), None for none. se_channels: a fixed
+    width of every gate's bottleneck instead (NVIDIA's 16). stage_filters: each stage's base width (its
+    bottleneck's output is 4x that).
     zero_init_residual: start each block's last BN gamma at 0 so every residual block begins as the
-    identity (Goyal et al., https://arxiv.org/abs/1706.02677); NVIDIA trains this way.
+    identity (Goyal et al., https://arxiv.org/abs/1706.02677). NVIDIA's recipes do not (their
+    last_bn_0_init is False); they pass model_options zero_init_residual=false.
     bn_momentum uses Keras' convention (moving = momentum * moving + (1 - momentum) * batch).
     """
-    if block == "basic" and (groups != 1 or width_per_group != 64 or se_reduction):
+    if block == "basic" and (groups != 1 or width_per_group != 64 or se_reduction or se_channels):
         raise ValueError("basic blocks support only groups=1, width_per_group=64 and no SE")
     block_fn = BLOCKS[block]
     bn = dict(bn_epsilon=bn_epsilon, bn_momentum=bn_momentum)
@@ -87,12 +90,12 @@ def resnet(*, depths, block, num_classes, input_shape, name, groups=1, width_per
     x = layers.ZeroPadding2D(1, name="stem_pool_pad")(x)
     x = layers.MaxPool2D(3, strides=2, name="stem_pool")(x)
     # (H/4, W/4, 64); each later stage halves the resolution.
-    for stage, (depth, filters) in enumerate(zip(depths, STAGE_FILTERS), start=1):
+    for stage, (depth, filters) in enumerate(zip(depths, stage_filters), start=1):
         for index in range(depth):
             stride = 2 if stage > 1 and index == 0 else 1
             x = block_fn(x, filters, stride, name=f"stage{stage}_block{index + 1}",
                          zero_init_residual=zero_init_residual, bn=bn, groups=groups,
-                         width_per_group=width_per_group, se_reduction=se_reduction)
+                         width_per_group=width_per_group, se_reduction=se_reduction, se_channels=se_channels)
     # (H/32, W/32, 512 or 2048)
     logits = classifier_head(x, num_classes, dropout_rate)
     return tf.keras.Model(inputs, logits, name=name)
@@ -114,23 +117,25 @@ def reference_module(layer_name):
 
 
 # timm's Gluon-trained ResNeXt / SE-ResNeXt weights: bicubic, 0.875 crop, ImageNet statistics.
-TIMM_GLUON_DATA = DataConfig(224, 0.875, REF_MEAN, REF_STD, "bicubic")
+TIMM_GLUON_DATA = DataConfig(224, 0.875, IMAGENET_MEAN, IMAGENET_STD, "bicubic")
 
 
-def _register(name, *, depths, block, groups=1, width_per_group=64, se_reduction=None, top1, params, gmacs,
-              reference):
+def _register(name, *, depths, block, groups=1, width_per_group=64, se_reduction=None, se_channels=None, top1, params,
+              gmacs, reference):
     """Every architecture argument is fixed per name, so an override cannot redefine the variant.
     reference: 'torchvision NAME' or 'timm NAME', the definition whose state dicts it loads."""
     info = ModelInfo(name=name, input_size=224, crop_fraction=0.875, mean=IMAGENET_MEAN, std=IMAGENET_STD,
                      top1=top1, params=params, gmacs=gmacs, min_size=32, reference=reference)
     data = TORCHVISION_DATA if reference.startswith("torchvision") else TIMM_GLUON_DATA
     register_model(name, resnet, info, WeightMap(reference_module, reference, data_config=data), depths=depths,
-                   block=block, groups=groups, width_per_group=width_per_group, se_reduction=se_reduction)
+                   block=block, groups=groups, width_per_group=width_per_group, se_reduction=se_reduction,
+                   se_channels=se_channels, stage_filters=STAGE_FILTERS)
 
 
 # Reference top-1: torchvision's published figures for resnet18/34/101/152, wide_resnet50_2 and resnext50;
-# NVIDIA's 90-epoch results for resnet50, resnext101_32x4d and se_resnext101_32x4d;
-# the original SENet release for se_resnext50_32x4d.
+# NVIDIA's TensorFlow ConvNets' 90-epoch results (DGX-1) for resnet50, resnext101_32x4d and se_resnext101_32x4d
+# (whose SE gate is channels / 16, as here), its PyTorch ConvNets' (DGX A100, AMP) for
+# nvidia_se_resnext101_32x4d; the original SENet release for se_resnext50_32x4d.
 _register("resnet18", depths=(2, 2, 2, 2), block="basic", top1=69.76, params=11_689_512, gmacs=1.814,
           reference="torchvision resnet18")
 _register("resnet34", depths=(3, 4, 6, 3), block="basic", top1=73.31, params=21_797_672, gmacs=3.664,
@@ -151,3 +156,6 @@ _register("se_resnext50_32x4d", depths=(3, 4, 6, 3), block="bottleneck", groups=
           se_reduction=16, top1=79.08, params=27_559_896, gmacs=4.233, reference="timm seresnext50_32x4d")
 _register("se_resnext101_32x4d", depths=(3, 4, 23, 3), block="bottleneck", groups=32, width_per_group=4,
           se_reduction=16, top1=79.7, params=48_955_416, gmacs=7.975, reference="timm seresnext101_32x4d")
+_register("nvidia_se_resnext101_32x4d", depths=(3, 4, 23, 3), block="bottleneck", groups=32, width_per_group=4,
+          se_channels=16, top1=80.03, params=45_251_128, gmacs=7.971,
+          reference="timm seresnext101_32x4d(se rd_channels=16)")

@@ -15,7 +15,7 @@ import functools
 
 import tensorflow as tf
 
-from tfcnn.models.layers import AdaptiveAveragePooling2D, conv_init
+from tfcnn.models.layers import AdaptiveAveragePooling2D, conv_init, logits_dtype
 from tfcnn.models.registry import ModelInfo, register_model
 from tfcnn.models.weights import IMAGENET_MEAN, IMAGENET_STD, TORCHVISION_DATA, WeightMap, flattened_nchw
 
@@ -55,7 +55,7 @@ def vgg(*, depths, batch_norm, num_classes, input_shape, name, dropout_rate=0.5,
         if dropout_rate:
             x = layers.Dropout(dropout_rate, name=f"classifier_fc{index}_dropout")(x)
     logits = layers.Dense(num_classes, kernel_initializer=tf.keras.initializers.RandomNormal(stddev=0.01),
-                          dtype="float32", name="head_fc")(x)  # float32 logits under mixed precision
+                          dtype=logits_dtype(), name="head_fc")(x)  # float32 logits under mixed precision
     return tf.keras.Model(inputs, logits, name=name)
 
 

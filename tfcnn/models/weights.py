@@ -28,15 +28,13 @@ import tensorflow as tf
 
 from tfcnn import checkpoints
 from tfcnn.models.registry import DataConfig, build_model, model_info, weight_map_of, without_initializers
+from tfcnn.options import IMAGENET_MEAN, IMAGENET_STD  # noqa: F401 (the zoo's families import them from here)
 
 REFERENCE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
 CLASSIFIER_LAYER = "head_fc"  # every zoo model's classifier (layers.classifier_head)
 SKIPPED_BUFFERS = ("num_batches_tracked",)
 HEADS = ("keep", "new")
 
-# ImageNet statistics as torchvision and timm give them (of 1.0), on tfcnn's 0-255 scale.
-IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
-IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 TORCHVISION_DATA = DataConfig(224, 224 / 256, IMAGENET_MEAN, IMAGENET_STD, "bilinear")
 # torchvision's second-generation weights are evaluated from a 232 px resize (their file names).
 TORCHVISION_V2_FILES = {"resnet50-11ad3fa6.pth", "resnet101-cd907fc2.pth", "resnet152-f82ba261.pth",
@@ -82,6 +80,16 @@ def flattened_nchw(layer_names, grid: int):
             value = chw.transpose(2, 3, 1, 0).reshape(rows, out)
         return value
     return adapt
+
+
+def sequential_conv_modules(pools) -> dict:
+    """{features_convN_conv: features.I} for a reference whose features are one flat Sequential of, per
+    conv, Conv2d, ReLU and a MaxPool2d where `pools[N - 1]` says (torchvision's AlexNet, the NGC OverFeat)."""
+    modules, index = {}, 0
+    for number, pool in enumerate(pools, start=1):
+        modules[f"features_conv{number}_conv"] = f"features.{index}"
+        index += 3 if pool else 2
+    return modules
 
 
 @dataclasses.dataclass
@@ -243,6 +251,21 @@ def _layer_tensors(layer):
     if getattr(layer, "bias", None) is not None:
         pairs.append(("bias", layer.bias, None))
     return pairs
+
+
+def reference_names(model) -> list:
+    """[(variable, its name in the reference's state dict)] for every weight of a zoo model: what a
+    rule written against torchvision / timm names (NVIDIA's PyTorch weight-decay filter) reads."""
+    weight_map = weight_map_of(model.name)
+    if weight_map is None:
+        raise ValueError(f"{model.name} has no reference (torchvision / timm) names to go by")
+    named = []
+    for layer in weighted_layers(model):
+        module = weight_map.module_of(layer.name)
+        if module is None:
+            raise ValueError(f"{model.name}: layer {layer.name} has no reference name")
+        named.extend((variable, f"{module}.{suffix}") for suffix, variable, _ in _layer_tensors(layer))
+    return named
 
 
 def load_reference(model, tensors: dict, weight_map: WeightMap, head: str = "keep", log=print) -> dict:

@@ -4,60 +4,118 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from tfcnn.options import (DATA_BACKENDS, DEFAULT_STOP_SIGNALS, OPTIMIZERS, PRECISIONS, check_mixing, parse_policy,
-                           parse_signals)
+from tfcnn.options import (DATA_BACKENDS, DEFAULT_STOP_SIGNALS, LARC_MODES, LR_GRANULARITIES, MOMENTUM_FORMS,
+                           OPTIMIZERS, PRECISIONS, TRAIN_CROPS, WEIGHT_DECAY_SETS, WEIGHT_INITS, check_mixing,
+                           parse_loss_scale, parse_model_options, parse_policy, parse_signals)
+from tfcnn.recipes import RECIPES, get_recipe
 
 SCHEDULES = ("cosine", "step", "poly", "constant")
 ITER_UNITS = ("epoch", "batch")
 IMAGENET_TRAIN_IMAGES = 1_281_167  # what an "epoch" of synthetic data counts
 
 
+def option(default, help_text: str):
+    """A TrainConfig field with its help text: the one place each flag is described (examples/train.py's
+    flags and the docs' flag reference are generated from these)."""
+    return dataclasses.field(default=default, metadata={"help": help_text})
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    model: str = "resnet50"
-    data_dir: str | None = None  # None: synthetic data
-    data_backend: str = "tf"  # tf (tf.data), dali_cpu or dali_gpu (NVIDIA DALI)
-    num_classes: int | None = None  # None: from labels.txt beside the shards, else 1000
-    image_size: int | None = None  # None: the model's input size
-    batch_size: int = 256  # per GPU / process and micro-batch
-    grad_accum_steps: int = 1  # micro-batches per optimizer step (gradient accumulation)
-    optimizer_batch_size: int | None = None  # the global batch per optimizer step; sets grad_accum_steps
-    num_iter: int = 90
-    iter_unit: str = "epoch"
-    precision: str = "fp32"
-    use_xla: bool = False
-    optimizer: str = "sgd"
-    lr: float = 0.256  # per 256 images; scaled by the global batch
-    lr_schedule: str = "cosine"
-    warmup_epochs: float = 5.0
-    lr_decay_epochs: tuple = (30, 60, 80)  # step schedule
-    lr_decay_factor: float = 0.1  # step schedule
-    poly_power: float = 2.0  # poly schedule
-    momentum: float = 0.875  # SGD / RMSprop momentum; beta_1 for LAMB / AdamW
-    beta_2: float = 0.999  # LAMB / AdamW beta_2, RMSprop's rho
-    epsilon: float | None = None  # RMSprop / LAMB / AdamW; None: the optimizer's default
-    weight_decay: float = 1 / 32768  # not applied to batch-norm parameters and biases
-    label_smoothing: float = 0.1
-    augment: str = "none"  # per-image policy: none, randaugment:N,M or autoaugment:imagenet
-    mixup: float = 0.0  # MixUp's Beta alpha (0: off)
-    cutmix: float = 0.0  # CutMix's Beta alpha (0: off)
-    mix_switch_prob: float = 0.5  # with both on: the probability that a batch gets CutMix
-    grad_compression: bool = False  # fp16 allreduce
-    ema_decay: float = 0.0  # exponential moving average of the weights (0: off); evaluation and export use it
-    seed: int | None = None  # initial weights, data order, augmentation; None: drawn once, kept in the log dir
-    init_weights: str | None = None  # start from these weights (timm / torchvision file or tfcnn checkpoint)
-    log_dir: str | None = None
-    export_dir: str | None = None
-    display_every: int = 100
-    checkpoint_every: int = 1000  # steps; checkpoints are also written at each epoch end
-    keep_checkpoints: int = 5
-    benchmark_warmup_steps: int = 20  # excluded from the throughput summary
-    predict: bool = False  # evaluate on the validation split after training
-    elastic: bool = False  # under horovodrun's elastic mode: survive lost workers, take in new ones
-    elastic_commit_every: int = 50  # steps between in-memory commits of the elastic state (and at epoch ends)
-    stop_signals: str = DEFAULT_STOP_SIGNALS  # signals that stop the run cleanly at the next step (none: off)
-    max_minutes: float = 0.0  # stop the same way after this many minutes of training (0: no limit)
-    recipe: str | None = None
+    model: str = option("resnet50", "model name (python -m tfcnn.models lists them)")
+    data_dir: str | None = option(None, "directory of TFRecord shards made by imagenet_prep; absent: synthetic data")
+    data_backend: str = option("tf", "input pipeline: tf (tf.data), dali_cpu or dali_gpu (NVIDIA DALI, decoding on the "
+                                     "CPU or the GPU; make install DALI=1)")
+    num_classes: int | None = option(None, "default: the number of lines of labels.txt beside the shards, else 1000")
+    image_size: int | None = option(None, "default: the model's input size; smaller sizes let small datasets and CPUs "
+                                          "train")
+    batch_size: int = option(256, "images per GPU (per process) and micro-batch (a step, without accumulation)")
+    grad_accum_steps: int = option(1, "micro-batches per optimizer step on every rank (gradient accumulation): the "
+                                      "global batch is batch_size x ranks x this")
+    optimizer_batch_size: int | None = option(None, "the global batch of an optimizer step, e.g. a recipe's 2048 on "
+                                                    "fewer GPUs: sets --grad_accum_steps to it / (batch_size x ranks), "
+                                                    "which must divide it")
+    num_iter: int = option(90, "training length, in --iter_unit")
+    iter_unit: str = option("epoch", "epoch or batch")
+    precision: str = option("fp32", "fp32, fp16 (mixed, with --loss_scale), bf16 (mixed) or fp64 (float64 throughout, "
+                                    "CPU only: for checking numerics against a reference)")
+    loss_scale: str = option("dynamic", "fp16 loss scaling: dynamic (from 128, doubled after 100 steps without "
+                                        "overflow, halved and the step skipped on one: NVIDIA's PyTorch GradScaler "
+                                        "settings) or a number (a static scale, never skipping a step)")
+    use_xla: bool = option(False, "XLA-compile the forward and backward pass")
+    optimizer: str = option("sgd", "sgd (momentum), rmsprop, lamb or adamw")
+    lr: float = option(0.256, "learning rate per 256 images (scaled by the global batch)")
+    lr_schedule: str = option("cosine", "cosine, step, poly or constant (after the linear warmup)")
+    lr_granularity: str = option("step", "how often the learning rate changes: every step, or at each epoch's start "
+                                         "(epoch: NVIDIA's PyTorch ConvNets)")
+    warmup_epochs: float = option(5.0, "linear learning-rate warmup length")
+    lr_decay_epochs: tuple = option((30, 60, 80), "step schedule: epochs at which the rate is multiplied by "
+                                                  "--lr_decay_factor")
+    lr_decay_factor: float = option(0.1, "step schedule factor")
+    poly_power: float = option(2.0, "poly schedule exponent")
+    momentum: float = option(0.875, "SGD / RMSprop momentum (beta_1 for lamb/adamw)")
+    momentum_form: str = option("pytorch", "SGD's momentum: pytorch (v = m v + g; w -= lr v: PyTorch's and TF1's, so "
+                                           "NVIDIA's) or keras (v = m v - lr g; w += v); they differ once the rate "
+                                           "changes")
+    nesterov: bool = option(False, "Nesterov momentum (SGD)")
+    beta_2: float = option(0.999, "lamb/adamw beta_2; RMSprop's rho")
+    epsilon: float | None = option(None, "rmsprop/lamb/adamw epsilon (default: the optimizer's own)")
+    larc_eta: float = option(0.0, "LARC's eta (0: off): each variable's gradient scaled by eta ||w|| / ||g||, as "
+                                  "NVIDIA's nvutils (0.003 in its scripts)")
+    larc_mode: str = option("clip", "LARC: clip (the local rate is at most the global one: min(eta ||w|| / ||g|| / "
+                                    "lr, 1)) or scale")
+    weight_decay: float = option(1 / 32768, "weight decay (L2 gradient factor) on --weight_decay_set")
+    weight_decay_set: str = option("kernels", "what weight decay applies to: kernels (conv and dense kernels), "
+                                              "no_bn (all but batch-norm parameters: NGC's nvutils) or no_bn_names (all "
+                                              "whose torchvision name lacks 'bn': NVIDIA's PyTorch ConvNets)")
+    label_smoothing: float = option(0.1, "label smoothing (of the mixed targets too)")
+    weight_init: str = option("model", "initialization of a fresh model: model (each family's own), kaiming_fan_in / "
+                                       "kaiming_fan_out (He normal convs, PyTorch's default for linear layers: "
+                                       "NVIDIA's PyTorch ConvNets use fan_in), glorot_uniform (TF1's default: NGC)")
+    model_options: dict | None = option(None, "builder options, e.g. zero_init_residual=false,dropout_rate=0.2,"
+                                              "bn_epsilon=1e-4 (python -m tfcnn.models NAME lists a model's)")
+    train_crop: str = option("torchvision", "training view: torchvision (RandomResizedCrop, antialiased resize: "
+                                            "NVIDIA's PyTorch ConvNets), inception (sample_distorted_bounding_box on "
+                                            "the records' boxes) or ngc (NGC's scripts)")
+    mean: tuple | None = option(None, "normalization mean per RGB channel, 0-255 (default: the model's)")
+    std: tuple | None = option(None, "normalization std per RGB channel, 0-255 (default: the model's)")
+    augment: str = option("none", "per-image training policy: none, randaugment:N,M (N ops of magnitude M, e.g. "
+                                  "randaugment:2,9) or autoaugment:imagenet")
+    mixup: float = option(0.0, "MixUp: Beta(alpha, alpha) blend of each batch with a permutation of itself (e.g. 0.2; "
+                               "0: off)")
+    cutmix: float = option(0.0, "CutMix: a box of a permutation of the batch pasted in, area from Beta(alpha, alpha) "
+                                "(e.g. 1.0; 0: off)")
+    mix_switch_prob: float = option(0.5, "with both --mixup and --cutmix: the probability that a batch gets CutMix")
+    grad_compression: bool = option(False, "allreduce gradients in fp16")
+    ema_decay: float = option(0.0, "keep an exponential moving average of the weights with this decay (e.g. 0.9999; 0: "
+                                   "off); evaluation, --predict, the export and checkpoint-based evaluation use the "
+                                   "average")
+    seed: int | None = option(None, "seed of the initial weights, data order and augmentation (default: drawn once, "
+                                    "kept in --log_dir)")
+    init_weights: str | None = option(None, "start from these weights: a timm / torchvision state dict (.safetensors, "
+                                            "or .pth with torch installed) or a tfcnn checkpoint, log dir or convert "
+                                            "output; another --num_classes gets a new classifier. A checkpoint in "
+                                            "--log_dir (a resume) takes precedence")
+    log_dir: str | None = option(None, "checkpoints, metrics.jsonl, TensorBoard logs and config.json; reuse it to "
+                                       "resume")
+    export_dir: str | None = option(None, "write a SavedModel here at the end")
+    display_every: int = option(100, "print and log metrics every N steps")
+    checkpoint_every: int = option(1000, "write a checkpoint every N steps (0: only at epoch ends)")
+    keep_checkpoints: int = option(5, "keep the last K checkpoints")
+    benchmark_warmup_steps: int = option(20, "steps excluded from the throughput summary")
+    predict: bool = option(False, "after training, evaluate on the validation split (rank 0, one GPU)")
+    elastic: bool = option(False, "elastic training under horovodrun --min-np/--max-np/--host-discovery-script "
+                                  "(Gloo): survive lost workers and take in new ones; each rank keeps --batch_size, "
+                                  "the lr follows the global batch")
+    elastic_commit_every: int = option(50, "with --elastic: steps between in-memory commits of the training state "
+                                           "(also at epoch ends); a lost worker costs at most these steps")
+    stop_signals: str = option(DEFAULT_STOP_SIGNALS, "signals that stop the run cleanly: every rank stops after the "
+                                                     "same step, rank 0 writes its checkpoint, the exit status is 75 "
+                                                     "(resume me); comma-separated TERM, INT, USR1, USR2, HUP, or none")
+    max_minutes: float = option(0.0, "stop the same way after this many minutes of training, before a job's time "
+                                     "limit (0: none)")
+    recipe: str | None = option(None, "named recipe (python -m tfcnn.recipes lists them with their sources): "
+                                      + ", ".join(RECIPES))
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n"
@@ -73,72 +131,43 @@ class TrainConfig:
         return self.batch_size * self.grad_accum_steps
 
 
-# NVIDIA's DeepLearningExamples recipes (TensorFlow ResNet50 v1.5 / ResNeXt101 / SE-ResNeXt101, 90 epochs,
-# mixed precision). Inception V3 has no NVIDIA recipe: it takes the ResNet50 one at 299 px.
-RECIPES = {
-    "resnet50_90e": dict(model="resnet50", batch_size=256, precision="fp16", num_iter=90, iter_unit="epoch",
-                         lr=0.256, lr_schedule="cosine", warmup_epochs=5, momentum=0.875,
-                         weight_decay=1 / 32768, label_smoothing=0.1),
-    "inception_v3_90e": dict(model="inception_v3", batch_size=128, precision="fp16", num_iter=90,
-                             iter_unit="epoch", lr=0.256, lr_schedule="cosine", warmup_epochs=5, momentum=0.875,
-                             weight_decay=1 / 32768, label_smoothing=0.1),
-    "resnext101_32x4d_90e": dict(model="resnext101_32x4d", batch_size=128, precision="fp16", num_iter=90,
-                                 iter_unit="epoch", lr=0.256, lr_schedule="cosine", warmup_epochs=8,
-                                 momentum=0.875, weight_decay=1 / 16384, label_smoothing=0.1),
-    "se_resnext101_32x4d_90e": dict(model="se_resnext101_32x4d", batch_size=96, precision="fp16", num_iter=90,
-                                    iter_unit="epoch", lr=0.256, lr_schedule="cosine", warmup_epochs=8,
-                                    momentum=0.875, weight_decay=1 / 16384, label_smoothing=0.1),
-    # NVIDIA's 250-epoch recipes, the second table's (DeepLearningExamples PyTorch/Classification/ConvNets:
-    # configs.yml, DGX A100, AMP; README results 78.46% / 80.08% / 81.01% top-1): 8 warmup epochs, cosine,
-    # momentum 0.875, label smoothing 0.1, MixUp 0.2, lr 0.256 per 256 (2.048 at 2048, 1.024 at 1024),
-    # weight decay 1/32768 for ResNet-50 (batch 256/GPU) and 1/16384 for the 101-layer ones (128/GPU).
-    "resnet50_250e": dict(model="resnet50", batch_size=256, precision="fp16", num_iter=250, iter_unit="epoch",
-                          lr=0.256, lr_schedule="cosine", warmup_epochs=8, momentum=0.875, weight_decay=1 / 32768,
-                          label_smoothing=0.1, mixup=0.2),
-    "resnext101_32x4d_250e": dict(model="resnext101_32x4d", batch_size=128, precision="fp16", num_iter=250,
-                                  iter_unit="epoch", lr=0.256, lr_schedule="cosine", warmup_epochs=8,
-                                  momentum=0.875, weight_decay=1 / 16384, label_smoothing=0.1, mixup=0.2),
-    "se_resnext101_32x4d_250e": dict(model="se_resnext101_32x4d", batch_size=128, precision="fp16", num_iter=250,
-                                     iter_unit="epoch", lr=0.256, lr_schedule="cosine", warmup_epochs=8,
-                                     momentum=0.875, weight_decay=1 / 16384, label_smoothing=0.1, mixup=0.2),
-    # NVIDIA's TF2 EfficientNet v1-B0 (DeepLearningExamples TensorFlow2/Classification/ConvNets:
-    # efficientnet_v1/B0/training/AMP/convergence_8xA100-80G.sh with config/defaults.py and b0_cfg.py):
-    # 500 epochs, batch 1024 per GPU, lr_init 0.005 per 128 images (= 0.01 per 256), cosine after 5 warmup
-    # epochs, RMSprop (rho 0.9, momentum 0.9, epsilon 0.001), L2 5e-6 as a Keras regularizer, i.e. a
-    # gradient of 1e-5 * w (tfcnn's weight_decay is that gradient factor), label smoothing 0.1, EMA 0.9999;
-    # dropout 0.2 and stochastic depth 0.2 are efficientnet_b0's defaults; AutoAugment with the ImageNet
-    # policy (--augmenter_name autoaugment). NVIDIA reports 77.59% top-1 (8x A100, mixed precision).
-    "efficientnet_b0_500e": dict(model="efficientnet_b0", batch_size=1024, precision="fp16", num_iter=500,
-                                 iter_unit="epoch", optimizer="rmsprop", lr=0.01, lr_schedule="cosine",
-                                 warmup_epochs=5, momentum=0.9, beta_2=0.9, epsilon=0.001, weight_decay=1e-5,
-                                 label_smoothing=0.1, ema_decay=0.9999, augment="autoaugment:imagenet"),
-}
-
-
 def make_config(recipe: str | None = None, **overrides) -> TrainConfig:
     """The config of `recipe` (if any) with `overrides` on top, validated. None overrides are ignored."""
-    values = {}
-    if recipe is not None:
-        if recipe not in RECIPES:
-            raise ValueError(f"unknown --recipe {recipe!r}; valid recipes: {', '.join(sorted(RECIPES))}")
-        values.update(RECIPES[recipe])
+    values = dict(get_recipe(recipe).config) if recipe is not None else {}
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     for key, value in overrides.items():
         if key not in fields:
             raise ValueError(f"unknown training option {key!r}; valid options: {', '.join(sorted(fields))}")
+        if key == "model_options" and value is not None:  # the user's options on top of the recipe's
+            value = {**parse_model_options(values.get(key)), **parse_model_options(value)}
         if value is not None:
             values[key] = value
-    if "lr_decay_epochs" in values:
-        values["lr_decay_epochs"] = tuple(values["lr_decay_epochs"])
+    for key in ("lr_decay_epochs", "mean", "std"):
+        if values.get(key) is not None:
+            values[key] = tuple(_number(v) for v in values[key])
+    if values.get("model_options") is not None:
+        values["model_options"] = parse_model_options(values["model_options"])
+    if values.get("loss_scale") is not None:
+        values["loss_scale"] = str(values["loss_scale"])
     config = TrainConfig(recipe=recipe, **{k: v for k, v in values.items() if k != "recipe"})
     validate(config)
     return config
 
 
+def _number(value):
+    """A flag's list item as a number when it is one (validate names what is not)."""
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
 def validate(config: TrainConfig) -> None:
     """Raises ValueError naming the flag and the received value."""
     choices = (("precision", PRECISIONS), ("optimizer", OPTIMIZERS), ("lr_schedule", SCHEDULES),
-               ("iter_unit", ITER_UNITS), ("data_backend", DATA_BACKENDS))
+               ("iter_unit", ITER_UNITS), ("data_backend", DATA_BACKENDS), ("momentum_form", MOMENTUM_FORMS),
+               ("larc_mode", LARC_MODES), ("weight_decay_set", WEIGHT_DECAY_SETS),
+               ("lr_granularity", LR_GRANULARITIES), ("weight_init", WEIGHT_INITS), ("train_crop", TRAIN_CROPS))
     for name, valid in choices:
         if getattr(config, name) not in valid:
             raise ValueError(f"--{name} must be one of {', '.join(valid)}, received: {getattr(config, name)!r}")
@@ -153,13 +182,24 @@ def validate(config: TrainConfig) -> None:
         if value is not None and (not isinstance(value, int) or value <= 0):
             raise ValueError(f"--{name} must be a positive integer, received: {value!r}")
     non_negative = ("lr", "warmup_epochs", "weight_decay", "momentum", "checkpoint_every",
-                    "benchmark_warmup_steps", "max_minutes")
+                    "benchmark_warmup_steps", "max_minutes", "larc_eta")
     for name in non_negative:
         if getattr(config, name) < 0:
             raise ValueError(f"--{name} must be >= 0, received: {getattr(config, name)!r}")
     if not 0 <= config.label_smoothing < 1:
         raise ValueError(f"--label_smoothing must be in [0, 1), received: {config.label_smoothing!r}")
     parse_policy(config.augment)
+    parse_loss_scale(config.loss_scale)
+    for name in ("mean", "std"):
+        value = getattr(config, name)
+        if value is not None:
+            try:
+                numbers = [float(v) for v in value]
+            except (TypeError, ValueError):
+                numbers = []
+            if len(numbers) != 3 or (name == "std" and min(numbers) <= 0):
+                raise ValueError(f"--{name} must be 3 numbers on the 0-255 scale, one per RGB channel"
+                                 f"{' (all > 0)' if name == 'std' else ''}, received: {value!r}")
     parse_signals(config.stop_signals)
     check_mixing(config.mixup, config.cutmix, config.mix_switch_prob)
     if not 0 <= config.ema_decay < 1:
@@ -174,6 +214,11 @@ def validate(config: TrainConfig) -> None:
     if config.predict and config.data_dir is None:
         raise ValueError("--predict needs --data_dir (it evaluates on the validation shards)")
     from tfcnn.models import list_models  # last: the zoo loads TensorFlow, the checks above do not
+    from tfcnn.models.registry import model_overrides
 
     if config.model not in list_models():
         raise ValueError(f"unknown --model {config.model!r}; valid models: {', '.join(list_models())}")
+    unknown = sorted(set(config.model_options or {}) - set(model_overrides(config.model)))
+    if unknown:
+        raise ValueError(f"--model_options: {config.model} has no option {', '.join(unknown)}; its options: "
+                         f"{', '.join(model_overrides(config.model))}")

@@ -1,15 +1,15 @@
 """Batch mixing (MixUp, CutMix) and label smoothing, in the train step, after normalization.
 
 Images: float [B, H, W, 3] in the compute dtype; targets: float32 one-hot or soft labels [B, C]. Each
-image is mixed with its partner in the batch *reversed* (image i with image B-1-i, as timm's batch
-mode): the input pipeline already shuffles, so the reversed batch is a random pairing, and a reverse
-costs no gather and no random permutation. (With an odd batch the middle image is its own partner.)
-One lambda per batch; for CutMix one box per batch.
+image is mixed with its partner in a random permutation of the batch (image i with image partner[i]),
+as NVIDIA's ConvNets (mixup.py: torch.randperm) and the CutMix paper's code pair them (an image may
+draw itself). One lambda per batch; for CutMix one box per batch.
 
 Randomness is stateless, from a [2] seed (the trainer passes (seed, step)): sub-seeds are
-`stateless_split(seed, 3)`: [0] MixUp's Beta, [1] CutMix's Beta, [2] three uniforms (MixUp-or-CutMix
-coin, box centre row, box centre column). Beta(a, a) is sampled as the ratio of two stateless gammas,
-G1 / (G1 + G2). With (seed, step) every Horovod rank draws the same lam and box for its own batch;
+`stateless_split(seed, 4)`: [0] MixUp's Beta, [1] CutMix's Beta, [2] three uniforms (MixUp-or-CutMix
+coin, box centre row, box centre column), [3] the permutation (the argsort of B uniforms). Beta(a, a) is
+sampled as the ratio of two stateless gammas, G1 / (G1 + G2). With (seed, step) every Horovod rank draws
+the same lam, box and pairing for its own batch;
 fold the rank in (e.g. `stateless_fold_in((seed, step), rank)`) for independent draws per rank.
 
 XLA: `tf.random.stateless_gamma` has no XLA kernel (StatelessRandomGammaV3, TF 2.15), so the draws
@@ -39,10 +39,12 @@ from tfcnn.options import check_mixing
 class Mix(NamedTuple):
     """One batch's mixing draw. lam: float32 scalar, the weight of each image's own target (CutMix: 1 -
     the fraction of pixels actually pasted from the partner). box: int32 [4] (top, bottom, left, right):
-    rows [top, bottom) x columns [left, right) come from the partner under CutMix. cutmix: bool scalar."""
+    rows [top, bottom) x columns [left, right) come from the partner under CutMix. cutmix: bool scalar.
+    partner: int32 [B], image i's partner."""
     lam: tf.Tensor
     box: tf.Tensor
     cutmix: tf.Tensor
+    partner: tf.Tensor
 
 
 def sample_beta(alpha, seed):
@@ -68,12 +70,12 @@ def cutmix_box(lam, height, width, row_uniform, column_uniform):
     return tf.stack([top, bottom, left, right]), 1.0 - area
 
 
-def sample_mix(height, width, mixup_alpha, cutmix_alpha, switch_prob, seed):
-    """The batch's draw (a Mix) for images of height x width: CutMix with probability switch_prob when
+def sample_mix(batch, height, width, mixup_alpha, cutmix_alpha, switch_prob, seed):
+    """The batch's draw (a Mix) for `batch` images of height x width: CutMix with probability switch_prob when
     both alphas are on, else whichever is on. Not XLA-compilable (stateless_gamma): call it outside a
     jit-compiled step and pass the Mix in. Both alphas 0: lam 1, nothing mixed."""
     check_mixing(mixup_alpha, cutmix_alpha, switch_prob)
-    mixup_seed, cutmix_seed, uniform_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
+    mixup_seed, cutmix_seed, uniform_seed, order_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 4))
     uniforms = tf.random.stateless_uniform([3], uniform_seed)
     if not mixup_alpha:
         switch_prob = 1.0 if cutmix_alpha else 0.0
@@ -85,13 +87,9 @@ def sample_mix(height, width, mixup_alpha, cutmix_alpha, switch_prob, seed):
         box, cutmix_lam = cutmix_box(sample_beta(cutmix_alpha, cutmix_seed), height, width, uniforms[1], uniforms[2])
     else:
         box, cutmix_lam = tf.zeros([4], tf.int32), tf.constant(1.0)
+    partner = tf.cast(tf.argsort(tf.random.stateless_uniform([batch], order_seed)), tf.int32)
     return Mix(lam=tf.where(use_cutmix, cutmix_lam, mixup_lam),
-               box=tf.where(use_cutmix, box, tf.zeros([4], tf.int32)), cutmix=use_cutmix)
-
-
-def partner(batch):
-    """Each example's mixing partner: the batch reversed."""
-    return tf.reverse(batch, axis=[0])
+               box=tf.where(use_cutmix, box, tf.zeros([4], tf.int32)), cutmix=use_cutmix, partner=partner)
 
 
 def _height_width(images):
@@ -102,8 +100,8 @@ def _height_width(images):
 
 
 def apply_mix(images, targets, mix):
-    """images * w + partner(images) * (1 - w), with w = lam (MixUp) or 0 in the box and 1 elsewhere
-    (CutMix, so pixels are copied exactly); targets * lam + partner(targets) * (1 - lam). One pass,
+    """images * w + images[partner] * (1 - w), with w = lam (MixUp) or 0 in the box and 1 elsewhere
+    (CutMix, so pixels are copied exactly); targets * lam + targets[partner] * (1 - lam). One pass,
     no branch, static shapes: XLA-compilable. Returns (images, targets, lam) with lam the label weight
     actually used: under MixUp, lam as rounded to the images' dtype (fp16 / bf16), so the targets
     weigh exactly what the pixels do."""
@@ -113,10 +111,10 @@ def apply_mix(images, targets, mix):
     inside = (rows >= top) & (rows < bottom) & (columns >= left) & (columns < right)
     rounded_lam = tf.cast(mix.lam, images.dtype)
     weight = tf.where(mix.cutmix, 1 - tf.cast(inside, images.dtype), rounded_lam)[None, :, :, None]
-    mixed = images * weight + partner(images) * (1 - weight)
+    mixed = images * weight + tf.gather(images, mix.partner) * (1 - weight)
     lam = tf.where(mix.cutmix, mix.lam, tf.cast(rounded_lam, tf.float32))
     targets = tf.cast(targets, tf.float32)
-    return mixed, targets * lam + partner(targets) * (1.0 - lam), lam
+    return mixed, targets * lam + tf.gather(targets, mix.partner) * (1.0 - lam), lam
 
 
 def mix_batch(images, targets, mixup_alpha, cutmix_alpha, switch_prob, seed):
@@ -125,7 +123,7 @@ def mix_batch(images, targets, mixup_alpha, cutmix_alpha, switch_prob, seed):
     check_mixing(mixup_alpha, cutmix_alpha, switch_prob)
     if not mixup_alpha and not cutmix_alpha:
         return images, tf.cast(targets, tf.float32), tf.constant(1.0)
-    mix = sample_mix(*_height_width(images), mixup_alpha, cutmix_alpha, switch_prob, seed)
+    mix = sample_mix(images.shape[0], *_height_width(images), mixup_alpha, cutmix_alpha, switch_prob, seed)
     return apply_mix(images, targets, mix)
 
 

@@ -1,22 +1,48 @@
-"""Optimizers, with weight decay on kernels only (never batch-norm parameters or biases).
+"""Optimizers, the weight-decay sets, LARC and loss scaling: each a choice a recipe names.
 
-SGD and RMSprop use coupled L2 decay as NVIDIA's recipes do: `weight_decay / 2 * ||w||^2` joins the
-loss, so its gradient `weight_decay * w` goes through momentum and through loss scaling like every
-other term. AdamW and LAMB use their own decoupled decay, with 1-D variables excluded. LAMB is tfcnn's
-own (tfcnn/training/lamb.py, equal to tensorflow-addons' to float tolerance, tested): tensorflow-addons
-does not import on TensorFlow >= 2.16, and one implementation on every TensorFlow keeps runs comparable.
+SGD and RMSprop use coupled L2 decay, as NVIDIA's recipes do: `weight_decay / 2 * ||w||^2` over the
+`--weight_decay_set` joins the loss, so its gradient `weight_decay * w` goes through loss scaling, the
+allreduce, LARC and momentum like every other term (PyTorch's SGD(weight_decay=...) adds the same
+term to the averaged gradient; in fp32 the two are the same sum). AdamW and LAMB decay the same set
+their own decoupled way. LAMB is tfcnn's own (tfcnn/training/lamb.py, equal to tensorflow-addons' to
+float tolerance, tested): tensorflow-addons does not import on TensorFlow >= 2.16.
+
+SGD's momentum comes in two forms, equal at a constant learning rate and not once it changes:
+- "pytorch": v = m v + g; w -= lr v (Nesterov: w -= lr (g + m v)). PyTorch's SGD and TF1's
+  MomentumOptimizer, so every NVIDIA recipe. tfcnn's `MomentumSGD` below.
+- "keras": v = m v - lr g; w += v (Nesterov: w += m v - lr g). Keras' SGD.
 """
 from __future__ import annotations
 
 import tensorflow as tf
 
-from tfcnn.options import OPTIMIZERS
+from tfcnn.options import LARC_MODES, MOMENTUM_FORMS, OPTIMIZERS, WEIGHT_DECAY_SETS, parse_loss_scale
 from tfcnn.training.lamb import LAMB
 
+# What each --weight_decay_set decays (the others are left alone):
+#   kernels      every variable of rank > 1: conv and dense kernels (not batch norm, not biases)
+#   no_bn        every trainable variable but batch-norm gammas and betas, biases included: NGC's nvutils
+#                (an l2_regularizer on every variable whose name lacks 'BatchNorm')
+#   no_bn_names  every trainable variable whose torchvision / timm name does not contain 'bn': NVIDIA's
+#                PyTorch ConvNets (optimizers.py, bn_weight_decay=False). So the classifier's bias, the SE
+#                layers' biases and the downsample batch norm (`downsample.1`) are decayed.
 
-def decayed_variables(variables):
-    """Kernels get weight decay; batch-norm gammas/betas and biases (all 1-D) do not."""
-    return [v for v in variables if len(v.shape) > 1]
+
+def decayed_variables(model, weight_decay_set: str = "kernels") -> list:
+    """The trainable variables of `model` that `weight_decay_set` decays, in model order."""
+    if weight_decay_set == "kernels":
+        return [v for v in model.trainable_variables if len(v.shape) > 1]
+    from tfcnn.models.weights import reference_names, weighted_layers  # only these two sets need the zoo's
+
+    if weight_decay_set == "no_bn":
+        keep = {id(v) for layer in weighted_layers(model) if not isinstance(layer, tf.keras.layers.BatchNormalization)
+                for v in layer.trainable_weights}
+    elif weight_decay_set == "no_bn_names":
+        keep = {id(v) for v, name in reference_names(model) if "bn" not in name}
+    else:
+        raise ValueError(f"--weight_decay_set must be one of {', '.join(WEIGHT_DECAY_SETS)}, "
+                         f"received: {weight_decay_set!r}")
+    return [v for v in model.trainable_variables if id(v) in keep]
 
 
 def l2_penalty(variables, weight_decay):
@@ -24,21 +50,89 @@ def l2_penalty(variables, weight_decay):
     return 0.5 * weight_decay * tf.add_n([tf.reduce_sum(tf.square(v)) for v in variables])
 
 
+def larc(gradients, variables, learning_rate, eta, mode="clip"):
+    """LARC (You et al. 2017, https://arxiv.org/abs/1708.03888, as NVIDIA's nvutils.LarcOptimizer): each
+    variable's gradient times its local rate, before the optimizer sees it.
+
+    local = eta * ||w|| / ||g||, or 1.0 when either norm is 0 (nvutils' epsilon). Clip mode: local =
+    min(local / lr, 1), so the variable's effective step size is min(eta ||w|| / ||g||, lr): LARC only
+    ever slows a layer down. Scale mode: the local rate as it is (LARS' trust ratio times the global
+    rate). Every variable takes part, batch norm and biases too, as in nvutils. The gradients are the
+    averaged, unscaled ones, weight decay included, as nvutils wraps the optimizer."""
+    if mode not in LARC_MODES:
+        raise ValueError(f"--larc_mode must be one of {', '.join(LARC_MODES)}, received: {mode!r}")
+    scaled = []
+    for gradient, variable in zip(gradients, variables):
+        w_norm, g_norm = tf.norm(variable), tf.norm(gradient)
+        local = tf.where(tf.logical_and(w_norm > 0, g_norm > 0), eta * tf.math.divide_no_nan(w_norm, g_norm), 1.0)
+        if mode == "clip":
+            local = tf.minimum(local / tf.cast(learning_rate, local.dtype), 1.0)
+        scaled.append(gradient * tf.cast(local, gradient.dtype))
+    return scaled
+
+
+@tf.keras.utils.register_keras_serializable(package="tfcnn")
+class MomentumSGD(tf.keras.optimizers.Optimizer):
+    """SGD with PyTorch's and TF1's momentum: v = m v + g, then w -= lr v, or with Nesterov
+    w -= lr (g + m v). The learning rate stays outside the velocity, so a change of rate applies to the
+    whole velocity at once (Keras' SGD folds each step's rate into it). The first step's velocity is g,
+    as PyTorch's buffer starts as a copy of the first gradient. No dampening."""
+
+    def __init__(self, learning_rate=0.1, momentum=0.9, nesterov=False, name="MomentumSGD", **kwargs):
+        super().__init__(name=name, **kwargs)
+        if not 0 <= float(momentum) < 1:
+            raise ValueError(f"momentum must be in [0, 1), received: {momentum!r}")
+        self.momentum, self.nesterov = float(momentum), bool(nesterov)
+        self._learning_rate = self._build_learning_rate(learning_rate)
+
+    def build(self, var_list):
+        super().build(var_list)
+        if getattr(self, "_built", False):
+            return
+        self._built = True
+        self._velocities = [self.add_variable_from_reference(v, "v") for v in var_list]
+
+    def update_step(self, gradient, variable):
+        dtype = variable.dtype
+        gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)
+        velocity = self._velocities[self._index_dict[self._var_key(variable)]]
+        momentum, lr = tf.cast(self.momentum, dtype), tf.cast(self.learning_rate, dtype)
+        velocity.assign(momentum * velocity + gradient)
+        variable.assign_sub(lr * (gradient + momentum * velocity if self.nesterov else velocity))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(learning_rate=self._serialize_hyperparameter(self._learning_rate), momentum=self.momentum,
+                      nesterov=self.nesterov)
+        return config
+
+
 DEFAULT_EPSILON = {"rmsprop": 1e-7, "lamb": 1e-6, "adamw": 1e-6}
+# Dynamic loss scaling as NVIDIA's PyTorch ConvNets configure torch.cuda.amp.GradScaler: start at 128
+# (their static_loss_scale), double after 100 steps without overflow, halve and skip the step on one.
+DYNAMIC_INITIAL_SCALE, DYNAMIC_GROWTH_STEPS = 128.0, 100
 
 
-def build_optimizer(name, learning_rate, *, momentum=0.9, beta_2=0.999, weight_decay=0.0, variables=(),
-                    loss_scale=False, epsilon=None):
+def build_optimizer(name, learning_rate, *, momentum=0.9, beta_2=0.999, weight_decay=0.0, decayed=None,
+                    variables=(), loss_scale=None, epsilon=None, nesterov=False, momentum_form="pytorch"):
     """Returns (optimizer, coupled_l2): coupled_l2 True means the trainer adds `l2_penalty` to the loss.
 
     momentum: SGD / RMSprop momentum, beta_1 of LAMB / AdamW. beta_2: decay of the squared-gradient
-    average (RMSprop's rho). epsilon: None for each optimizer's default. loss_scale: wrap in Keras'
-    dynamic LossScaleOptimizer (fp16 training).
+    average (RMSprop's rho). epsilon: None for each optimizer's default. decayed: the variables weight
+    decay applies to (AdamW / LAMB exclude the other `variables`); None: those of rank > 1.
+    loss_scale: None for no loss scaling (fp32, bf16), else --loss_scale ('dynamic' or a static scale).
+    nesterov, momentum_form: SGD's (see the module docstring).
     """
-    no_decay = [v for v in variables if len(v.shape) <= 1]
+    if momentum_form not in MOMENTUM_FORMS:
+        raise ValueError(f"--momentum_form must be one of {', '.join(MOMENTUM_FORMS)}, received: {momentum_form!r}")
+    decayed_keys = {id(v) for v in (decayed if decayed is not None else [v for v in variables if len(v.shape) > 1])}
+    no_decay = [v for v in variables if id(v) not in decayed_keys]
     epsilon = DEFAULT_EPSILON.get(name) if epsilon is None else epsilon
-    if name == "sgd":
-        optimizer = tf.keras.optimizers.SGD(learning_rate, momentum=momentum)
+    if name == "sgd" and momentum_form == "pytorch":
+        optimizer = MomentumSGD(learning_rate, momentum=momentum, nesterov=nesterov)
+        coupled = weight_decay > 0
+    elif name == "sgd":
+        optimizer = tf.keras.optimizers.SGD(learning_rate, momentum=momentum, nesterov=nesterov)
         coupled = weight_decay > 0
     elif name == "rmsprop":
         optimizer = tf.keras.optimizers.RMSprop(learning_rate, rho=beta_2, momentum=momentum, epsilon=epsilon)
@@ -54,8 +148,14 @@ def build_optimizer(name, learning_rate, *, momentum=0.9, beta_2=0.999, weight_d
         coupled = False
     else:
         raise ValueError(f"unknown optimizer {name!r}; valid optimizers: {', '.join(OPTIMIZERS)}")
-    if loss_scale:
-        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+    if loss_scale is not None:
+        static = parse_loss_scale(loss_scale)
+        if static is None:
+            optimizer = tf.keras.mixed_precision.LossScaleOptimizer(
+                optimizer, dynamic=True, initial_scale=DYNAMIC_INITIAL_SCALE,
+                dynamic_growth_steps=DYNAMIC_GROWTH_STEPS)
+        else:  # never changes, never skips a step: nvutils' LossScalingOptimizer
+            optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer, dynamic=False, initial_scale=static)
     return optimizer, coupled
 
 

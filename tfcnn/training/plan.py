@@ -18,6 +18,8 @@ from tfcnn.models import DataConfig, model_info
 from tfcnn.training.config import IMAGENET_TRAIN_IMAGES, TrainConfig, validate
 
 CONFIG_FILE = "config.json"
+# What runs made before a field existed did: no accumulation, Keras' SGD momentum.
+OLDER_RUNS = {"grad_accum_steps": 1, "momentum_form": "keras"}
 
 
 @dataclasses.dataclass
@@ -56,16 +58,24 @@ class Plan:
         return self.images_at(step) // self.epoch_images > self.images_at(step - 1) // self.epoch_images
 
 
-def make_plan(config: TrainConfig) -> Plan:
+def make_plan(config: TrainConfig, train_records: int | None = None) -> Plan:
+    """The plan of `config`. train_records: the size of an epoch of training data held in memory (the
+    run's batches come from elsewhere); None: count the records of config.data_dir (synthetic data: an
+    ImageNet epoch)."""
     validate(config)
     checkpoint = checkpoints.latest_checkpoint(config.log_dir) if config.log_dir else None
     options, data, init, init_classes = _starting_weights(config, checkpoint)
+    if not checkpoint:  # a resumed run keeps what its checkpoint records
+        options = {**options, **(config.model_options or {})}
+        data = data.replace(mean=config.mean, std=config.std)
     config = _resolve(_resolve_accumulation(config, distributed.size()), data.input_size)
     info = model_info(config.model)
     if config.image_size < info.min_size:
         raise ValueError(f"--image_size must be >= {info.min_size} for {config.model}, received: {config.image_size}")
     global_batch = config.rank_batch * distributed.size()
-    if config.data_dir:
+    if train_records is not None:
+        records = train_records
+    elif config.data_dir:
         records = pipeline.count_records(config.data_dir, pipeline.list_shards(config.data_dir, "train"))
     else:
         records = IMAGENET_TRAIN_IMAGES
@@ -156,10 +166,14 @@ def _resolve(config: TrainConfig, weights_input_size: int) -> TrainConfig:
         seed = int.from_bytes(os.urandom(4), "little") >> 1
         seed = seed if config.elastic else distributed.broadcast_object(seed)
     if previous:
-        for key, now in (("model", config.model), ("num_classes", num_classes), ("image_size", image_size),
-                         ("batch_size", config.batch_size), ("grad_accum_steps", config.grad_accum_steps)):
-            if previous.get(key, 1 if key == "grad_accum_steps" else None) != now:  # older runs: no accumulation
-                raise ValueError(f"--log_dir {config.log_dir} holds a run with {key} {previous.get(key)!r}, not "
+        kept = [("model", config.model), ("num_classes", num_classes), ("image_size", image_size),
+                ("batch_size", config.batch_size), ("grad_accum_steps", config.grad_accum_steps)]
+        if config.optimizer == "sgd":  # the velocity means another thing in the other form
+            kept.append(("momentum_form", config.momentum_form))
+        for key, now in kept:
+            if previous.get(key, OLDER_RUNS.get(key)) != now:
+                then = previous.get(key, OLDER_RUNS.get(key))
+                raise ValueError(f"--log_dir {config.log_dir} holds a run with {key} {then!r}, not "
                                  f"--{key} {now!r}: use another --log_dir, or the same --{key} to resume")
     return dataclasses.replace(config, num_classes=num_classes, image_size=image_size, seed=seed)
 

@@ -21,16 +21,21 @@ from tfcnn.training.stopping import StopRequest
 from tfcnn.training.trainer import build_trainer, fit_segment, predict
 
 
-def train(config: TrainConfig, callbacks=()) -> dict:
+def train(config: TrainConfig, callbacks=(), *, batches=None, epoch_images: int | None = None) -> dict:
     """Runs (or resumes) a training run; returns its summary. Every rank calls this.
 
     callbacks: extra Keras callbacks, run after tfcnn's own (logging, checkpoints) at every step; their
     `self.model` is the ClassifierTrainer, whose `.model` is the zoo model.
+    batches: this rank's training batches (a tf.data.Dataset of uint8 images [rank_batch, size, size, 3]
+    and int32 labels, from the run's first step on), used as they are instead of the config's data; then
+    epoch_images says how many images an epoch is. Not with --elastic.
     A run stopped by --stop_signals or --max_minutes returns with `preempted` (the step, the reason, the
     checkpoint written at that step) and without export or evaluation: it is not done.
     """
     distributed.init()
-    plan = make_plan(config)
+    if batches is not None and (config.elastic or not epoch_images):
+        raise ValueError("training on given batches needs epoch_images (the images of an epoch) and no --elastic")
+    plan = make_plan(config, train_records=epoch_images)
     config = plan.config
     chief = distributed.is_chief()
     log = print if chief else (lambda *_: None)
@@ -51,7 +56,7 @@ def train(config: TrainConfig, callbacks=()) -> dict:
         else:
             model, optimizer, trainer, checkpoint, lr = build_trainer(plan, log)
             progress = fit_segment(trainer, checkpoint, plan, lambda step: lr(step - 1), callbacks=callbacks,
-                                   stop=stop)
+                                   stop=stop, dataset=batches)
     summary = {"config": dataclasses.asdict(config), "steps_per_epoch": plan.steps_per_epoch,
                "global_batch": plan.global_batch, "ranks": distributed.size(),
                "data_config": plan.data_config.to_dict(), **progress}

@@ -29,12 +29,13 @@ from tfcnn.data import backends, pipeline, preprocessing
 from tfcnn.ema import WeightAverage
 from tfcnn.metrics import accuracy, count_correct
 from tfcnn.models import create_model
+from tfcnn.models.initializers import initialize
 from tfcnn.models.weights import load_weights
 from tfcnn.options import check_mixing
 from tfcnn.precision import set_policy
 from tfcnn.training import mixing
 from tfcnn.training.callbacks import Checkpointer, RunLogger, small_batch_norm_warning
-from tfcnn.training.optimizers import build_optimizer, decayed_variables, l2_penalty, optimizer_variables
+from tfcnn.training.optimizers import build_optimizer, decayed_variables, l2_penalty, larc, optimizer_variables
 from tfcnn.training.plan import Plan
 from tfcnn.training.schedules import config_schedule
 from tfcnn.training.stopping import StopAgreement
@@ -45,17 +46,20 @@ class ClassifierTrainer(tf.keras.Model):
     no Horovod); checkpoints and exports use it directly."""
 
     def __init__(self, model, num_classes, *, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), label_smoothing=0.0,
-                 weight_decay=0.0, coupled_l2=False, loss_scale=False, use_xla=False, grad_compression=False,
+                 weight_decay=0.0, l2_variables=(), loss_scale=False, use_xla=False, grad_compression=False,
                  stop_on_nonfinite=True, ema_decay=0.0, mixup=0.0, cutmix=0.0, mix_switch_prob=0.5, mix_seed=0,
-                 accum_steps=1, stoppable=False):
-        """accum_steps: micro-batches per optimizer step (the batches fed hold that many). stoppable: carry
-        a stop flag in the gradient allreduce (tfcnn.training.stopping); the step's logs then say `stop`."""
+                 accum_steps=1, stoppable=False, larc_eta=0.0, larc_mode="clip", learning_rate=None):
+        """l2_variables: those whose weight_decay / 2 * ||w||^2 joins the loss (coupled decay; AdamW and LAMB
+        decay their own way). accum_steps: micro-batches per optimizer step (the batches fed hold that many).
+        stoppable: carry a stop flag in the gradient allreduce (tfcnn.training.stopping); the step's logs then
+        say `stop`. larc_eta > 0: LARC (optimizers.larc) on the averaged, unscaled gradients, with
+        learning_rate (a schedule of the optimizer's step, or a number) as the global rate."""
         super().__init__(name="trainer")
         self.model = model
         self.num_classes = num_classes
         self.mean, self.std = mean, std
         self.loss_fn = tf.keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing)
-        self.l2_variables = decayed_variables(model.trainable_variables) if coupled_l2 and weight_decay else []
+        self.l2_variables = list(l2_variables) if weight_decay else []
         self.weight_decay = weight_decay
         self.loss_scale = loss_scale
         self.grad_compression = grad_compression
@@ -75,6 +79,9 @@ class ClassifierTrainer(tf.keras.Model):
             raise ValueError(f"--grad_accum_steps must be a positive integer, received: {accum_steps!r}")
         self.accum_steps = accum_steps
         self.stop_flag = tf.Variable(0.0, trainable=False, name="stop_flag") if stoppable else None
+        if larc_eta and learning_rate is None:
+            raise ValueError("LARC needs the learning rate (its clip mode compares the local rate with it)")
+        self.larc = (float(larc_eta), larc_mode, learning_rate) if larc_eta else None
 
     def keep_batch_on_device(self, images, labels):
         """Trains on this one batch at every step, held in variables on the compute device (a GPU when
@@ -135,6 +142,10 @@ class ClassifierTrainer(tf.keras.Model):
             grads, stop = distributed.average_gradients(grads, self.grad_compression), None
         if self.loss_scale:  # unscale the averaged gradients; apply_gradients then checks them for inf/NaN
             grads = self.optimizer.get_unscaled_gradients(grads)
+        if self.larc:  # as nvutils wraps it: inside the loss scaling, around the allreduce and the optimizer
+            eta, mode, learning_rate = self.larc
+            rate = learning_rate(self.optimizer.iterations) if callable(learning_rate) else learning_rate
+            grads = larc(grads, self.model.trainable_variables, rate, eta, mode)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         self.step.assign_add(1)
         if self.ema is not None:
@@ -156,7 +167,7 @@ class ClassifierTrainer(tf.keras.Model):
             return None
         seed = tf.stack([tf.constant(self.mix_seed, tf.int64),
                          self.step * self.accum_steps + tf.cast(micro_batch, tf.int64)])
-        return mixing.sample_mix(images.shape[-3], images.shape[-2], *self.mixing, seed)
+        return mixing.sample_mix(images.shape[-4], images.shape[-3], images.shape[-2], *self.mixing, seed)
 
     def accumulated_gradients(self, images, labels):
         """(mean loss, mean gradients) over the accum_steps micro-batches of a rank's batch, computed one
@@ -205,16 +216,23 @@ def build_trainer(plan: Plan, log=print, lr=None, state=None, broadcast=True):
         report = load_weights(model, plan.init, head="new" if new_head else "keep", log=log)
         log(f"tfcnn: initial weights from {config.init_weights} ({report['loaded']} tensors; data config: "
             f"{plan.init.data_origin})")
+    elif plan.checkpoint is None and not config.init_weights:  # a fresh model: initialized as the run says
+        initialize(model, config.weight_init, config.seed)
     if lr is None:  # --lr is per 256 images
         lr = config_schedule(config, config.lr * plan.global_batch / 256, plan.total_steps, plan.steps_per_epoch)
+    decayed = decayed_variables(model, config.weight_decay_set)
     optimizer, coupled = build_optimizer(config.optimizer, lr, momentum=config.momentum, beta_2=config.beta_2,
-                                         weight_decay=config.weight_decay, variables=model.trainable_variables,
-                                         loss_scale=config.precision == "fp16", epsilon=config.epsilon)
+                                         weight_decay=config.weight_decay, decayed=decayed,
+                                         variables=model.trainable_variables, epsilon=config.epsilon,
+                                         loss_scale=config.loss_scale if config.precision == "fp16" else None,
+                                         nesterov=config.nesterov, momentum_form=config.momentum_form)
     trainer = ClassifierTrainer(model, plan.num_classes, mean=plan.data_config.mean, std=plan.data_config.std,
                                 label_smoothing=config.label_smoothing,
-                                weight_decay=config.weight_decay, coupled_l2=coupled,
+                                weight_decay=config.weight_decay, l2_variables=decayed if coupled else (),
+                                larc_eta=config.larc_eta, larc_mode=config.larc_mode, learning_rate=lr,
                                 loss_scale=config.precision == "fp16", use_xla=config.use_xla,
-                                grad_compression=config.grad_compression, stop_on_nonfinite=config.precision == "fp32",
+                                grad_compression=config.grad_compression,
+                                stop_on_nonfinite=config.precision in ("fp32", "fp64"),
                                 ema_decay=config.ema_decay, mixup=config.mixup, cutmix=config.cutmix,
                                 mix_switch_prob=config.mix_switch_prob,
                                 mix_seed=config.seed + 7_000_003 * distributed.rank(),  # each rank mixes its own way
@@ -252,19 +270,28 @@ def training_variables(trainer) -> list:
     return trainer.model.variables + optimizer_variables(trainer.optimizer) + [trainer.step] + averages
 
 
-def fit_segment(trainer, checkpoint, plan: Plan, lr_at, before=(), after=(), callbacks=(), stop=None) -> dict:
+def fit_segment(trainer, checkpoint, plan: Plan, lr_at, before=(), after=(), callbacks=(), stop=None,
+                dataset=None) -> dict:
     """Trains from plan.start_step to plan.total_steps on this rank's share of the data, from the epoch
     position plan.start_images. Callbacks in order: `before`, progress, checkpoints, the stop agreement,
     `after`, `callbacks`. stop: a stopping.StopRequest; when the ranks agree to stop, the segment ends
-    after that step, its checkpoint is written and every rank has waited for it.
+    after that step, its checkpoint is written and every rank has waited for it. dataset: this rank's
+    (uint8 images, int32 labels) batches of rank_batch images for the whole run, from step 0 (a resumed
+    run skips the steps done), instead of the config's data (make_plan's train_records then says how many
+    images an epoch is).
     Returns the progress summary (start and total steps, final metrics, throughput; `stopped`: the step
     and the reason, when it stopped early)."""
     config = plan.config
-    dataset = backends.build_dataset(
-        config.data_backend, config.data_dir, "train", config.rank_batch, plan.image_size, num_classes=plan.num_classes,
-        num_shards=distributed.size(), shard_index=distributed.rank(), augment=config.augment,
-        seed=config.seed + 1_000_003 * distributed.rank(), start_step=plan.start_images // plan.global_batch)
-    if config.data_dir is None:  # synthetic: the one generated batch stays on the device
+    given = dataset is not None
+    if given:
+        dataset = dataset.skip(plan.start_step)
+    else:
+        dataset = backends.build_dataset(
+            config.data_backend, config.data_dir, "train", config.rank_batch, plan.image_size,
+            num_classes=plan.num_classes, num_shards=distributed.size(), shard_index=distributed.rank(),
+            augment=config.augment, train_crop=config.train_crop, seed=config.seed + 1_000_003 * distributed.rank(),
+            start_step=plan.start_images // plan.global_batch)
+    if config.data_dir is None and not given:  # synthetic: the one generated batch stays on the device
         trainer.keep_batch_on_device(*next(iter(dataset)))
         dataset = tf.data.Dataset.from_tensors(0).repeat()
     logger = RunLogger(trainer, trainer.optimizer, lr_at, plan)
@@ -278,7 +305,8 @@ def fit_segment(trainer, checkpoint, plan: Plan, lr_at, before=(), after=(), cal
     if stop is not None and trainer.stop_flag is not None:
         agreement = StopAgreement(trainer, stop, plan.start_step)
         own.append(agreement)
-    with pipeline.corrupt_records_named(config.data_dir, "train", distributed.size(), distributed.rank()):
+    with pipeline.corrupt_records_named(None if given else config.data_dir, "train", distributed.size(),
+                                        distributed.rank()):
         trainer.fit(dataset, epochs=1, steps_per_epoch=plan.total_steps - plan.start_step,
                     callbacks=own + list(after) + list(callbacks), verbose=0)
     progress = {"start_step": plan.start_step, "total_steps": plan.total_steps, **logger.summary()}

@@ -1,0 +1,226 @@
+"""NVIDIA's training recipes, each element set as NVIDIA's code sets it: `--recipe NAME`.
+
+    python -m tfcnn.recipes              # the table: source, published top-1, what is proven here
+    python -m tfcnn.recipes --markdown   # the same as the README's and the docs' Markdown table
+
+Two families, read from NVIDIA's code (not from its READMEs' prose, which disagrees with it in places):
+
+- `ngc_*`: the original NGC TensorFlow container scripts (nvidia-examples/cnn, release 20.10-tf1, with
+  their nvutils library): polynomial decay of power 2 from each script's learning_rate_init, no warmup,
+  Nesterov momentum 0.9 (TF1's form), LARC in clip mode (eta 0.003), L2 on every variable but batch
+  norm's (biases included) in the loss, plain softmax cross-entropy, a static loss scale, their crop
+  (`--train_crop ngc`) and normalization (mean 121, 115, 100; std 70, 68, 71), glorot-uniform
+  initialization (TF1's default), 90 epochs. The scripts never scale the rate with the batch: it is
+  theirs at the global batch of their 8-GPU launch command (`mpiexec -np 8`), which `optimizer_batch_size`
+  pins (`lr` is per 256 images here, so 2.0 at 2048 reads 0.25).
+- `*_90e`, `*_250e`: DeepLearningExamples' PyTorch ConvNets at 729963dd (configs.yml, DGX A100, AMP; the
+  90-epoch scripts add `--epochs 90 --mixup 0.0`): SGD with PyTorch's momentum 0.875, learning rate
+  0.256 per 256 at the global batch of the 8-GPU config (2,048; 1,024 for the 101-layer models), linear
+  warmup and cosine decay set per epoch (8 warmup epochs), label smoothing 0.1, weight decay on every
+  parameter whose name lacks 'bn' (so the downsample batch norm and the biases are decayed), Kaiming
+  fan-in initialization without zero-gamma, torchvision's RandomResizedCrop through PIL, dynamic loss
+  scaling from 128 (growth every 100 steps), MixUp 0.2 for 250 epochs.
+
+What differs from NVIDIA's runs is said per recipe (`differs`), and what is proven here says which test
+compares tfcnn's steps with an independent implementation of NVIDIA's update rule.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from tfcnn.options import IMAGENET_MEAN, IMAGENET_STD
+
+# The tolerances of tests/test_recipes.py, which reads them from here: per-step loss and per-tensor
+# accumulated update, relative, tfcnn's trainer against the reference's (float32 on a CPU).
+LOSS_RTOL = 1e-4
+UPDATE_RTOL = 1e-3
+
+NGC = "NGC TF 20.10-tf1 nvidia-examples/cnn"
+DLE = "DLE@729963dd PyTorch/Classification/ConvNets"  # NVIDIA/DeepLearningExamples
+NGC_MEAN, NGC_STD = (121.0, 115.0, 100.0), (70.0, 68.0, 71.0)  # nvutils/runner.py:114-115
+
+TESTS = "tests/test_recipes.py"
+
+
+def _proof(family):
+    """The tests that prove a family's recipes (test_recipes.py checks that these names are its tests)."""
+    crop = "" if family == "ngc" else ", test_torchvision_crop_sampler_draws_torchvisions_distribution"
+    values = "test_ngc_recipes_take_their_scripts_values" if family == "ngc" else \
+        "test_dle_recipes_take_their_configs_values"
+    return (f"{TESTS}: test_steps_match_the_reference[{family}] (loss {LOSS_RTOL:g}, update {UPDATE_RTOL:g}), "
+            f"test_initializations_follow_their_rules, {values}{crop}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """A named training recipe. config: TrainConfig values (flags override them). source: NVIDIA's files
+    (and lines or config keys) the values come from. published: the top-1 NVIDIA reports for it, with the
+    table's machine and precision, or why there is none. proof: the tests that show tfcnn takes NVIDIA's
+    steps, with their tolerances. differs: what still differs from NVIDIA's run."""
+    config: dict
+    source: str
+    published: str
+    proof: str = ""
+    differs: str = ""
+
+
+def _ngc(script, model, lr_init, global_batch, *, batch_size=256, weight_decay=1e-4, loss_scale=128.0, larc_eta=0.003,
+         num_iter=90, precision="fp16", image_size=None, lines="25-47", dropout=None, batch_norm=(1e-4, 0.9),
+         differs=""):
+    """An NGC script's recipe: its default_args (`lines` of the script) on nvutils' runner. dropout: the
+    rate of the script's dropout layers (None: it has none); batch_norm: nvutils' (epsilon, decay), or None
+    for a model without batch norm."""
+    options = {"dropout_rate": dropout or 0.0}
+    if batch_norm:
+        options.update(bn_epsilon=batch_norm[0], bn_momentum=batch_norm[1])
+    if model.startswith("resne"):
+        options["zero_init_residual"] = False
+    config = dict(model=model, batch_size=batch_size, optimizer_batch_size=global_batch, precision=precision,
+                  loss_scale=str(loss_scale), num_iter=num_iter, iter_unit="epoch", optimizer="sgd",
+                  momentum_form="pytorch", momentum=0.9, nesterov=True, lr=lr_init * 256 / global_batch,
+                  lr_schedule="poly", poly_power=2.0, warmup_epochs=0.0, lr_granularity="step",
+                  larc_eta=larc_eta, larc_mode="clip", weight_decay=weight_decay, weight_decay_set="no_bn",
+                  label_smoothing=0.0, mixup=0.0, cutmix=0.0, weight_init="glorot_uniform", train_crop="ngc",
+                  mean=NGC_MEAN, std=NGC_STD, model_options=options)
+    if image_size:
+        config["image_size"] = image_size
+    source = f"{NGC}/{script}.py:{lines} (default_args) on nvutils/runner.py:112-174; README: mpiexec -np 8"
+    return Recipe(config, source, "none published with the scripts", _proof("ngc"), differs)
+
+
+NGC_MODEL_NOTE = "the model is tfcnn's {model} (the {reference} definition); nvutils' builder differs: {what}"
+
+
+def _ngc_differs(model, reference, what):
+    return NGC_MODEL_NOTE.format(model=model, reference=reference, what=what) + \
+        "; evaluation: nvutils crops the central 80% and resizes it to the input size, tfcnn resizes then crops 87.5%"
+
+
+def _dle(model, batch_size, global_batch, weight_decay, epochs, published, differs=""):
+    """A DeepLearningExamples PyTorch ConvNets recipe: configs.yml's resnet_params on the DGX A100 AMP config."""
+    config = dict(model=model, batch_size=batch_size, optimizer_batch_size=global_batch, precision="fp16",
+                  loss_scale="dynamic", num_iter=epochs, iter_unit="epoch", optimizer="sgd", momentum_form="pytorch",
+                  momentum=0.875, nesterov=False, lr=0.256, lr_schedule="cosine", warmup_epochs=8.0,
+                  lr_granularity="epoch", larc_eta=0.0, weight_decay=weight_decay, weight_decay_set="no_bn_names",
+                  label_smoothing=0.1, mixup=0.2 if epochs == 250 else 0.0, cutmix=0.0, weight_init="kaiming_fan_in",
+                  train_crop="torchvision", mean=IMAGENET_MEAN, std=IMAGENET_STD,
+                  # PyTorch's BatchNorm2d defaults (eps 1e-5, momentum 0.1, i.e. Keras' 0.9); no zero-gamma
+                  model_options=dict(zero_init_residual=False, bn_epsilon=1e-5, bn_momentum=0.9, dropout_rate=0.0))
+    anchor = {2048: "resnet_params_2k", 1024: "resnet_params_1k"}[global_batch]
+    source = f"{DLE}/configs.yml:66-96 ({anchor}; DGXA100, AMP: batch {batch_size} x 8 GPUs)" + (
+        "" if epochs == 250 else " with the 90E script's --epochs 90 --mixup 0.0")
+    return Recipe(config, source, published, _proof("dle_mixup" if epochs == 250 else "dle"),
+                  differs or "loss scale: the 20.12 code that produced the table did not grow it")
+
+
+def _table(readme, line, a100, v100):
+    return f"{a100}% (8x A100 80GB, AMP), {v100}% (8x V100 16GB, AMP): {readme}/README.md:{line} (20.12 container)"
+
+
+SE_NOTE = ("NVIDIA's SE bottleneck has 16 units in every block (models/resnet.py:200, common.py:149): "
+           "nvidia_se_resnext101_32x4d; timm's se_resnext101_32x4d has channels / 16")
+
+RECIPES = {
+    # ---- DeepLearningExamples, PyTorch ConvNets
+    "resnet50_90e": _dle("resnet50", 256, 2048, 1 / 32768, 90,
+                         _table("resnet50v1.5", "558,566", "77.12 +/- 0.11", "76.88 +/- 0.16")),
+    "resnet50_250e": _dle("resnet50", 256, 2048, 1 / 32768, 250,
+                          _table("resnet50v1.5", "559,567", "78.43 +/- 0.11", "78.25 +/- 0.12")),
+    "resnext101_32x4d_90e": _dle("resnext101_32x4d", 128, 1024, 1 / 16384, 90,
+                                 _table("resnext101-32x4d", "540,548", "79.47 +/- 0.03", "79.49 +/- 0.05")),
+    "resnext101_32x4d_250e": _dle("resnext101_32x4d", 128, 1024, 1 / 16384, 250,
+                                  _table("resnext101-32x4d", "541,549", "80.19 +/- 0.08", "80.26 +/- 0.11")),
+    "se_resnext101_32x4d_90e": _dle("nvidia_se_resnext101_32x4d", 128, 1024, 1 / 16384, 90,
+                                    _table("se-resnext101-32x4d", "542,550", "80.03 +/- 0.11", "80.04 +/- 0.07")),
+    "se_resnext101_32x4d_250e": _dle("nvidia_se_resnext101_32x4d", 128, 1024, 1 / 16384, 250,
+                                     _table("se-resnext101-32x4d", "543,551", "80.9 +/- 0.08", "80.92 +/- 0.09")),
+    # ---- NGC nvidia-examples/cnn: every script but trivial.py (a one-layer smoke test)
+    "ngc_resnet50": _ngc("resnet", "resnet50", 2.0, 2048, differs=_ngc_differs(
+        "resnet50", "torchvision", "ResNet v1 (stride on the first 1x1 convolution of a block, tfcnn's is v1.5)")),
+    "ngc_inception_v3": _ngc("inception_v3", "inception_v3", 1.0, 1024, batch_size=128, loss_scale=2048.0,
+                             lines="25-45", differs=_ngc_differs(
+                                 "inception_v3", "torchvision", "its own layer list (no auxiliary head, as tfcnn's "
+                                 "default)")),
+    "ngc_vgg16": _ngc("vgg", "vgg16", 0.02, 2048, lines="26-45", batch_norm=None, differs=_ngc_differs(
+        "vgg16", "torchvision", "the same layers (vgg.py --layers 16), valid-padded pools")),
+    "ngc_googlenet": _ngc("googlenet", "googlenet", 0.04, 2048, lines="25-45", batch_norm=None, differs=_ngc_differs(
+        "googlenet", "torchvision", "no batch norm (tfcnn's has torchvision's)")),
+    # builder.dropout(x, 0.8) passes a rate to tf.layers.dropout: 80% of the features are dropped.
+    "ngc_inception_v4": _ngc("inception_v4", "inception_v4", 0.045, 2048, loss_scale=1.0, lines="24-45", dropout=0.8,
+                             differs=_ngc_differs("inception_v4", "timm", "its own layer list")),
+    "ngc_inception_resnet_v2": _ngc("inception_resnet_v2", "inception_resnet_v2", 0.045, 2048, lines="25-45",
+                                    dropout=0.8,
+                                    differs=_ngc_differs("inception_resnet_v2", "timm", "its own layer list")),
+    "ngc_xception": _ngc("xception", "xception", 0.045, 256, batch_size=32, weight_decay=4e-5, precision="fp32",
+                         lines="25-45", dropout=0.5, batch_norm=(1e-5, 0.99), differs=_ngc_differs(
+                             "xception", "timm", "its own layer list") +
+                         "; its loss scale 128 in fp32 changes nothing but rounding (tfcnn scales fp16 only)"),
+    "ngc_alexnet": _ngc("alexnet", "alexnet", 1.0, 2048, weight_decay=5e-4, larc_eta=0.0023, num_iter=91,
+                        image_size=227, lines="24-45", dropout=0.5, batch_norm=None, differs=_ngc_differs(
+                            "alexnet", "torchvision", "alexnet_owt's valid-padded 227 px layer list")),
+    "ngc_overfeat": _ngc("overfeat", "overfeat", 0.001, 2048, lines="25-45", batch_norm=None, differs=(
+        "evaluation: nvutils crops the central 80% and resizes it, tfcnn resizes then crops 87.5%")),
+    # ---- DeepLearningExamples, TensorFlow2 ConvNets (EfficientNet v1-B0)
+    # efficientnet_v1/B0/training/AMP/convergence_8xA100-80G.sh with config/defaults.py and b0_cfg.py: 500 epochs,
+    # batch 1024 per GPU, lr_init 0.005 per 128 images (= 0.01 per 256), cosine after 5 warmup epochs, RMSprop
+    # (rho 0.9, momentum 0.9, epsilon 0.001), L2 5e-6 as a Keras regularizer, whose gradient is 1e-5 * w (tfcnn's
+    # weight_decay is that gradient factor, so 1e-5 is NVIDIA's 5e-6), label smoothing 0.1, EMA 0.9999;
+    # dropout 0.2 and stochastic depth 0.2 are efficientnet_b0's defaults; AutoAugment, the ImageNet policy.
+    "efficientnet_b0_500e": Recipe(
+        dict(model="efficientnet_b0", batch_size=1024, optimizer_batch_size=8192, precision="fp16",
+             loss_scale="dynamic", num_iter=500, iter_unit="epoch", optimizer="rmsprop", lr=0.01, lr_schedule="cosine",
+             warmup_epochs=5.0, lr_granularity="step", momentum=0.9, beta_2=0.9, epsilon=0.001, weight_decay=1e-5,
+             weight_decay_set="kernels", label_smoothing=0.1, ema_decay=0.9999, augment="autoaugment:imagenet",
+             train_crop="inception", weight_init="model"),
+        "DLE@729963dd TensorFlow2/Classification/ConvNets/efficientnet_v1/B0/training/AMP/convergence_8xA100-80G.sh "
+        "with config/defaults.py and b0_cfg.py",
+        "77.59% (8x A100 80GB, AMP): efficientnet_v1/README.md",
+        "",
+        "not proven step by step: its EMA decay warms up (min(0.9999, (1 + t) / (10 + t))), its L2 is set per layer "
+        "through Keras regularizers (biases included), its crop is its own"),
+}
+
+
+def get_recipe(name: str) -> Recipe:
+    if name not in RECIPES:
+        raise ValueError(f"unknown --recipe {name!r}; valid recipes: {', '.join(sorted(RECIPES))}")
+    return RECIPES[name]
+
+
+COLUMNS = ("recipe", "model", "global batch", "source", "published top-1", "proven by", "differs from NVIDIA's run")
+
+
+def rows() -> list[tuple[str, ...]]:
+    out = []
+    for name, recipe in RECIPES.items():
+        c = recipe.config
+        batch = c.get("optimizer_batch_size") or c["batch_size"]
+        out.append((name, c["model"], str(batch), recipe.source, recipe.published, recipe.proof or "not proven",
+                    recipe.differs or "-"))
+    return out
+
+
+def markdown() -> str:
+    """The recipe table in Markdown: the README's and the docs' recipe section."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tfcnn.recipes", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        sys.stdout.write(markdown())
+        return
+    for row in rows():
+        print(f"{row[0]}: {row[1]}, global batch {row[2]}")
+        for label, cell in zip(COLUMNS[3:], row[3:]):
+            print(f"    {label}: {cell}")
+
+
+if __name__ == "__main__":
+    main()
