@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from imagenet_prep import build_tfrecords as bt
 from tfcnn.data import dali, dali_index, pipeline, records
-from tfcnn.data.preprocessing import TrainView
+from tfcnn.data.preprocessing import TRAIN_VIEWS, TrainView
 
 from launchers import HOROVODRUN_GLOO
 from testnet import TRAIN_PY, WITH_TESTNET
@@ -254,7 +254,8 @@ def test_training_crops_follow_tensorflows_constraints_and_distribution():
     (uniform area) would give 0.5 and more."""
     height, width = 375, 500
     for boxes, tf_mean_area in (([[], [], [], []], 0.39), ([[0.1], [0.1], [0.3], [0.3]], 0.49)):
-        windows = np.array(_dali_crop_windows([height, width, 3], boxes))  # top, left, height, width (relative)
+        windows = np.array(_dali_crop_windows([height, width, 3], boxes, TRAIN_VIEWS["inception"]))  # relative
+        # top, left, height, width
         area, aspect = windows[:, 2] * windows[:, 3], windows[:, 3] * width / (windows[:, 2] * height)
         assert np.all(area >= 0.08 - 1e-6) and np.all(area <= 1 + 1e-6)
         assert np.all(aspect >= 3 / 4 - 1e-4) and np.all(aspect <= 4 / 3 + 1e-4)
@@ -268,7 +269,27 @@ def test_training_crops_follow_tensorflows_constraints_and_distribution():
             assert np.all(area >= 0.1 - 1e-6)  # TensorFlow: the whole image is the box to cover
 
 
-def _dali_crop_windows(shape, boxes, batches=10, batch_size=200):
+@needs_dali
+def test_torchvision_view_draws_torchvisions_distribution():
+    """DALI's torchvision view against torchvision's own RandomResizedCrop draws (the fixture of
+    tests/test_recipes.py): area, log-aspect and centre, a landscape image and a panorama (where the
+    centre-crop fallback decides most draws). 2,000 draws: a two-sample KS bound of 0.05 (1.95 * sqrt(1/2000))."""
+    from test_recipes import FIXTURES, crop_statistics, ks_distance
+
+    with open(os.path.join(FIXTURES, "resized_crop.json")) as f:
+        reference = json.load(f)["images"]
+    for size, recorded in reference.items():
+        height, width = map(int, size.split("x"))
+        windows = np.array(_dali_crop_windows([height, width, 3], [[], [], [], []], TRAIN_VIEWS["torchvision"]))
+        pixels = windows * [height, width, height, width]
+        np.testing.assert_allclose(pixels, np.round(pixels), atol=1e-3)  # whole pixels, as torchvision's
+        stats = crop_statistics(np.round(pixels), height, width)
+        for name, quantiles in recorded["quantiles"].items():
+            distance = ks_distance(stats[name], quantiles)
+            assert distance < 0.05, f"{size} {name}: KS distance {distance:.4f} from torchvision's draws"
+
+
+def _dali_crop_windows(shape, boxes, view, batches=10, batch_size=200):
     from nvidia.dali import fn, pipeline_def
 
     def constant(value, dtype):
@@ -277,8 +298,7 @@ def _dali_crop_windows(shape, boxes, batches=10, batch_size=200):
 
     @pipeline_def(batch_size=batch_size, num_threads=1, device_id=None, seed=5)
     def graph():
-        return dali.crop_window(constant(shape, np.int64), [constant(c, np.float32) for c in boxes], (0.08, 1.0),
-                                (3 / 4, 4 / 3))
+        return dali.crop_window(constant(shape, np.int64), [constant(c, np.float32) for c in boxes], view)
 
     pipe = graph()
     pipe.build()

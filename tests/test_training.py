@@ -286,6 +286,15 @@ def test_xla_steps_match_the_plain_steps():
         np.testing.assert_allclose(xla, plain, rtol=1e-4, atol=1e-5, err_msg=variable.name)
 
 
+def test_fp16_overflow_under_a_static_loss_scale_stops_with_the_advice():
+    """A static scale (NGC's recipes) applies an overflowing step, as nvutils does, so the run stops at the
+    first non-finite loss and says what to change; a dynamic scale would have skipped the step."""
+    with pytest.raises(NonFiniteLossError, match=r"infinite at step \d+ \(fp16\): stopping\. With the static "
+                                                 r"--loss_scale 1e30 an fp16 overflow is applied, not skipped"):
+        train(make_config(**{**TINY, "display_every": 1}, precision="fp16", loss_scale="1e30", num_iter=3,
+                          iter_unit="batch"))
+
+
 def test_nan_loss_in_fp32_stops_with_the_step(stripes, tmp_path):
     with pytest.raises(NonFiniteLossError, match=r"the loss became NaN or infinite at step \d+ \(fp32\): stopping\. "
                                                  r"Lower --lr or check the data"):

@@ -47,7 +47,14 @@ def small_batch_norm_warning(model, batch_size: int) -> str | None:
 
 def _divergence_advice(trainer, plan: Plan) -> str:
     warning = small_batch_norm_warning(trainer.model, plan.config.batch_size)
-    advice = f"likely cause: {warning}" if warning else "Lower --lr or check the data"
+    config = plan.config
+    if warning:
+        advice = f"likely cause: {warning}"
+    elif config.precision == "fp16" and config.loss_scale != "dynamic":
+        advice = (f"With the static --loss_scale {config.loss_scale} an fp16 overflow is applied, not skipped: try "
+                  f"--loss_scale dynamic or a smaller scale, or lower --lr")
+    else:
+        advice = "Lower --lr or check the data"
     return f"{advice}; the last checkpoint holds the state before it"
 
 
@@ -93,8 +100,8 @@ class RunLogger(tf.keras.callbacks.Callback):
         if bad > 0:
             first = int(self.trainer.first_nonfinite_step.numpy())
             where = f"at step {first}" if first >= 0 else f"on another rank before step {step}"
-            raise NonFiniteLossError(f"the loss became NaN or infinite {where} (fp32): stopping. "
-                                     f"{_divergence_advice(self.trainer, self.plan)}")
+            raise NonFiniteLossError(f"the loss became NaN or infinite {where} ({self.plan.config.precision}): "
+                                     f"stopping. {_divergence_advice(self.trainer, self.plan)}")
         self.trainer.loss_metric.reset_state()
         self.trainer.top1_metric.reset_state()
         now = time.perf_counter()

@@ -31,7 +31,7 @@ from tfcnn.metrics import accuracy, count_correct
 from tfcnn.models import create_model
 from tfcnn.models.initializers import initialize
 from tfcnn.models.weights import load_weights
-from tfcnn.options import check_mixing
+from tfcnn.options import check_mixing, parse_loss_scale
 from tfcnn.precision import set_policy
 from tfcnn.training import mixing
 from tfcnn.training.callbacks import Checkpointer, RunLogger, small_batch_norm_warning
@@ -232,7 +232,9 @@ def build_trainer(plan: Plan, log=print, lr=None, state=None, broadcast=True):
                                 larc_eta=config.larc_eta, larc_mode=config.larc_mode, learning_rate=lr,
                                 loss_scale=config.precision == "fp16", use_xla=config.use_xla,
                                 grad_compression=config.grad_compression,
-                                stop_on_nonfinite=config.precision in ("fp32", "fp64"),
+                                # a dynamic fp16 loss scale skips non-finite steps itself; a static one applies them
+                                stop_on_nonfinite=config.precision in ("fp32", "fp64") or (
+                                    config.precision == "fp16" and parse_loss_scale(config.loss_scale) is not None),
                                 ema_decay=config.ema_decay, mixup=config.mixup, cutmix=config.cutmix,
                                 mix_switch_prob=config.mix_switch_prob,
                                 mix_seed=config.seed + 7_000_003 * distributed.rank(),  # each rank mixes its own way
