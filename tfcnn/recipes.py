@@ -33,7 +33,8 @@ import sys
 from tfcnn.options import IMAGENET_MEAN, IMAGENET_STD
 
 # The tolerances of tests/test_recipes.py, which reads them from here: per-step loss and per-tensor
-# accumulated update, relative, tfcnn's trainer against the reference's (float32 on a CPU).
+# accumulated update, relative, tfcnn's trainer against the reference's (float64 over 20 steps, float32 over
+# the first; measured agreement: about 1e-7 and 1e-6, and 3e-5 for the float32 step's updates).
 LOSS_RTOL = 1e-4
 UPDATE_RTOL = 1e-3
 

@@ -32,7 +32,7 @@ import time
 import tensorflow as tf
 
 from tfcnn.data import backends, pipeline, preprocessing, records
-from tfcnn.options import DATA_BACKENDS
+from tfcnn.options import DATA_BACKENDS, IMAGENET_MEAN, IMAGENET_STD
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -109,8 +109,7 @@ def dali_datasets(data_dir, batch_size, image_size, backend, threads) -> dict:
     }
 
 
-def run(data_dir, batch_size=64, image_size=224, images=3000, mean=(123.68, 116.78, 103.94),
-        std=(58.395, 57.12, 57.375), repeats=3, policies=POLICIES, backend="tf", dali_threads=None) -> dict:
+def run(data_dir, batch_size=64, image_size=224, images=3000, mean=IMAGENET_MEAN, std=IMAGENET_STD, repeats=3, policies=POLICIES, backend="tf", dali_threads=None) -> dict:
     """Each pipeline is timed `repeats` times, in rotating order, and its mean counts: a shared machine
     drifts by several percent from one measurement to the next. backend dali_cpu / dali_gpu adds DALI's
     rows (dali_datasets), with dali_threads worker threads (default: all cores)."""
