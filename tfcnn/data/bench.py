@@ -109,7 +109,8 @@ def dali_datasets(data_dir, batch_size, image_size, backend, threads) -> dict:
     }
 
 
-def run(data_dir, batch_size=64, image_size=224, images=3000, mean=IMAGENET_MEAN, std=IMAGENET_STD, repeats=3, policies=POLICIES, backend="tf", dali_threads=None) -> dict:
+def run(data_dir, batch_size=64, image_size=224, images=3000, mean=IMAGENET_MEAN, std=IMAGENET_STD, repeats=3,
+        policies=POLICIES, backend="tf", dali_threads=None) -> dict:
     """Each pipeline is timed `repeats` times, in rotating order, and its mean counts: a shared machine
     drifts by several percent from one measurement to the next. backend dali_cpu / dali_gpu adds DALI's
     rows (dali_datasets), with dali_threads worker threads (default: all cores)."""
