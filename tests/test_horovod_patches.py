@@ -43,3 +43,18 @@ def test_horovodruns_build_check_asks_the_library_without_tensorflow():
     assert util._library_built("horovod_gloo_built") is True
     assert util._library_built("horovod_mpi_built") is hvd.mpi_built()
     assert util._library_built("no_such_function") is None  # the import then answers instead
+
+
+def test_horovodrun_exits_with_the_status_every_worker_exited_with(tmp_path):
+    """Patch 12: horovodrun (Gloo) exits 75 when both workers do (a clean stop), 1 when they differ."""
+    import os
+    import subprocess
+
+    horovodrun = [os.path.join(os.path.dirname(sys.executable), "horovodrun"), "--gloo", "-np", "2", "-H",
+                  "localhost:2"]
+    worker = "import os, sys; sys.exit(75 if os.environ['HOROVOD_RANK'] == '0' or '{both}' == 'yes' else 3)"
+    for both, status in (("yes", 75), ("no", 1)):
+        done = subprocess.run(horovodrun + [sys.executable, "-c", worker.format(both=both)], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == status, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "every process exited with status" not in done.stdout + done.stderr  # a mix: Horovod's own message

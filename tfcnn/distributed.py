@@ -66,6 +66,12 @@ def init() -> None:
         tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, threads)))
 
 
+def shutdown() -> None:
+    """Shuts Horovod down on this rank (every rank does, at the end), if it was started."""
+    if _hvd is not None:
+        _hvd.shutdown()
+
+
 def rank() -> int:
     return _hvd.rank() if _hvd else 0
 

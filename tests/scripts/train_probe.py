@@ -1,12 +1,14 @@
 """Runs tfcnn training from a JSON config and records what the tests check, per rank.
 
     python tests/scripts/train_probe.py CONFIG_JSON OUT_DIR [--inject_inf_rank R --inject_inf_step S]
-        [--interrupt_at_step S]
+        [--interrupt_at_step S] [--slow_stop_save_s SECONDS]
 
 Writes OUT_DIR/rank{r}.npz: the final trainable weights (and moving averages of all weights with
 --ema_decay), and per step the loss scale (fp16) and a float64 digest of the weights; OUT_DIR/summary{r}.json:
 train()'s summary. --inject_inf_* makes one rank's gradients infinite at one step (as an fp16 overflow would);
---interrupt_at_step raises KeyboardInterrupt at the end of a step (as an exception out of a callback would). A
+--interrupt_at_step raises KeyboardInterrupt at the end of a step (as an exception out of a callback would).
+--slow_stop_save_s makes the checkpoint of a stop take that much longer on every rank (as a large model's on a
+slow file system would). A
 run stopped by a stop signal or --max_minutes exits with status 75, as examples/train.py does. The tests'
 small models (tests/testnet.py) are registered besides the zoo.
 """
@@ -14,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -66,6 +69,25 @@ def inject_inf(rank, step):
     ClassifierTrainer.compute_gradients = compute_gradients
 
 
+def slow_stop_saves(seconds):
+    """The save after fit() returns (a stopped run's, tfcnn.training.trainer.fit_segment) waits `seconds` first."""
+    from tfcnn.training.callbacks import Checkpointer
+
+    fit, save = ClassifierTrainer.fit, Checkpointer.save
+
+    def fit_then_mark(self, *args, **kwargs):
+        history = fit(self, *args, **kwargs)
+        self.fit_returned = True
+        return history
+
+    def slow_save(self, step):
+        if getattr(self.trainer, "fit_returned", False):
+            time.sleep(seconds)
+        return save(self, step)
+
+    ClassifierTrainer.fit, Checkpointer.save = fit_then_mark, slow_save
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("config")
@@ -73,11 +95,14 @@ def main():
     parser.add_argument("--inject_inf_rank", type=int)
     parser.add_argument("--inject_inf_step", type=int)
     parser.add_argument("--interrupt_at_step", type=int, default=-1)
+    parser.add_argument("--slow_stop_save_s", type=float, default=0.0)
     args = parser.parse_args()
     testnet.register()
     os.makedirs(args.out_dir, exist_ok=True)
     if args.inject_inf_step is not None:
         inject_inf(args.inject_inf_rank, args.inject_inf_step)
+    if args.slow_stop_save_s:
+        slow_stop_saves(args.slow_stop_save_s)
     recorder = Recorder(args.out_dir, args.interrupt_at_step)
     try:
         summary = train(make_config(**json.loads(args.config)), callbacks=[recorder])

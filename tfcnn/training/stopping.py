@@ -12,15 +12,17 @@ Rerunning the same command resumes from that checkpoint, exactly as after any ch
 
 A second signal while stopping is noted and ignored: the stop is already under way, and the checkpoint
 is not cut short by it. That holds until the process exits: after a stop by a signal, train() returns with
-the handlers still installed, and exit_preempted() ignores the stop signals while Python and TensorFlow
-shut down (Python's finalization puts back the default handlers): a repeated SIGTERM meeting the default
-would end the process with the signal's status (143) instead of 75, and a scheduler would read a failure.
+the handlers still installed, and exit_preempted() ignores the stop signals while Horovod shuts down,
+then leaves at once (os._exit), before Python's finalization puts back the default handlers: a repeated
+SIGTERM meeting the default would end the process with the signal's status (143) instead of 75, and a
+scheduler would read a failure.
 Only a second SIGINT (Ctrl-C again) raises KeyboardInterrupt at once, as a user who insists expects; a
 checkpoint it cuts short is never the latest one (TensorFlow writes the data files first, then rewrites
 the `checkpoint` index atomically).
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -28,6 +30,7 @@ import time
 
 import tensorflow as tf
 
+from tfcnn import distributed
 from tfcnn.options import parse_signals
 
 # sysexits.h EX_TEMPFAIL, "temporary failure; user is invited to retry": a stopped run that is not done.
@@ -92,12 +95,18 @@ class StopRequest:
 
 
 def exit_preempted(signals: str) -> None:
-    """Exits with PREEMPTED_EXIT_CODE ("resume me"), the stop signals ignored from now on. SIGINT excepted:
-    Ctrl-C again still ends the process at once, as a user who insists expects."""
+    """Exits with PREEMPTED_EXIT_CODE ("resume me") as soon as the stop is done: the stop signals ignored
+    from now on (SIGINT excepted: Ctrl-C again still ends the process at once, as a user who insists
+    expects), Horovod shut down, the output flushed, then os._exit. Every rank has waited for the checkpoint
+    by then; what Python and TensorFlow would still tear down holds nothing of the run, and a launcher's
+    grace period (horovodrun kills its workers after it) could run out on it, turning the 75 into a kill."""
     for name in parse_signals(signals):
         if name != "INT":
             signal.signal(getattr(signal, f"SIG{name}"), signal.SIG_IGN)
-    sys.exit(PREEMPTED_EXIT_CODE)
+    distributed.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(PREEMPTED_EXIT_CODE)
 
 
 class StopAgreement(tf.keras.callbacks.Callback):
