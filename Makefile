@@ -2,6 +2,7 @@
 #   make install   create the lane's venv, install TensorFlow, build Horovod against it, install tfcnn
 #   make test      install if needed, then run the test suite
 #   make demo      install if needed, then generate, convert, train, evaluate and export end to end
+#   make docs      install if needed, then build the documentation site (site/) strictly
 # Optional extras, added to a lane's venv by `make install DALI=1 ONNX=1` (README "DALI" and "Export"):
 # NVIDIA DALI with its TensorFlow plugin (--data_backend dali_cpu|dali_gpu); tf2onnx and ONNX Runtime
 # (python -m tfcnn.export --format onnx).
@@ -79,7 +80,7 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 HOROVOD_CACHE := $${XDG_CACHE_HOME:-$$HOME/.cache}/tfcnn/horovod-$(HOROVOD_VERSION)-tf$(TF_VERSION)-py$(PY_VERSION)-$(if \
   $(filter 1,$(HAS_GPU)),gpu,cpu)$(if $(filter 1,$(HAS_MPI)),-mpi)-patches$(shell grep -hv '^\#' $(HOROVOD_PATCHES) | cksum | cut -d' ' -f1)
 
-.PHONY: install test demo bench clean
+.PHONY: install test demo bench docs clean
 BENCH_RESULTS ?= bench/results
 
 install: $(STAMP) $(EXTRAS)
@@ -134,6 +135,17 @@ test: install
 demo: install
 	VENV_BIN=$(VENV)/bin examples/demo.sh
 
+# The documentation site, built strictly (a broken link or a missing page fails), into site/; the generated
+# pages (flags, models, recipes, benchmark figures) are written from their sources first.
+$(VENV)/.tfcnn-docs: $(STAMP)
+	$(PIP) install -e ".[docs]"
+	@touch $@
+
+docs: install $(VENV)/.tfcnn-docs
+	$(PY) docs/generate.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	@echo "tfcnn: the site is in site/ (open site/index.html, or serve it: $(VENV)/bin/mkdocs serve)"
+
 # Side-by-side benchmarks against baselines measured in the same run (CPU-sized defaults; ~10 min on 2 cores).
 bench: install
 	@mkdir -p $(BENCH_RESULTS)
@@ -145,4 +157,4 @@ bench: install
 	$(PY) bench/stop_agreement.py --output $(BENCH_RESULTS)/stop_agreement.json
 
 clean:
-	rm -rf .venv .venv-tf2.15 build *.egg-info .pytest_cache tests/.pytest_cache
+	rm -rf .venv .venv-tf2.15 build site *.egg-info .pytest_cache tests/.pytest_cache

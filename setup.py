@@ -31,6 +31,8 @@ setup(
         # needs protobuf < 5 and numpy < 2). DALI is not an extra: its TensorFlow plugin must be installed with
         # --no-build-isolation against the installed TensorFlow (`make install DALI=1`).
         "onnx": ["tf2onnx>=1.17", "onnx>=1.16", "onnxruntime>=1.17"],
+        # The documentation site (make docs): MkDocs with the Material theme, the API pages from docstrings.
+        "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26"],
     },
     license="Apache-2.0",
 )

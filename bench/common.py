@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import tfcnn  # noqa: F401  (quiets TensorFlow's C++ INFO lines before TensorFlow loads)
 
@@ -60,7 +61,9 @@ def report(script: str, title: str, rows: list[dict], ratios: dict, output: str 
         print(f"{row['name']:<38}" + "".join(f"{_fmt(row[k]):>{w}}" for k, w in zip(keys, widths)))
     for name, value in ratios.items():
         print(f"  ratio {name}: {value:.2f}x")
-    result = {"benchmark": script, "title": title, "environment": env, "results": rows, "ratios": ratios, **extra}
+    command = "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])
+    result = {"benchmark": script, "title": title, "command": command, "date": time.strftime("%Y-%m-%d", time.gmtime()),
+              "environment": env, "results": rows, "ratios": ratios, **extra}
     if output:
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
         with open(output, "w") as f:

@@ -46,15 +46,22 @@ def test_horovodruns_build_check_asks_the_library_without_tensorflow():
 
 
 def test_horovodrun_exits_with_the_status_every_worker_exited_with(tmp_path):
-    """Patch 12: horovodrun (Gloo) exits 75 when both workers do (a clean stop), 1 when they differ."""
+    """Patch 12: horovodrun (Gloo) exits 75 when both workers do (a clean stop), 1 when they differ. The
+    workers behave as tfcnn's do after a stop: they ignore SIGTERM (horovodrun sends it to the others once
+    one has exited) and leave only when both are up (a file each in tmp_path)."""
     import os
     import subprocess
 
     horovodrun = [os.path.join(os.path.dirname(sys.executable), "horovodrun"), "--gloo", "-np", "2", "-H",
                   "localhost:2"]
-    worker = "import os, sys; sys.exit(75 if os.environ['HOROVOD_RANK'] == '0' or '{both}' == 'yes' else 3)"
+    worker = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+              "rank = os.environ['HOROVOD_RANK']; open(f'{rank}.up', 'w').close(); "
+              "[time.sleep(0.05) for _ in range(400) if not (os.path.exists('0.up') and os.path.exists('1.up'))]; "
+              "sys.exit(75 if rank == '0' or '{both}' == 'yes' else 3)")
     for both, status in (("yes", 75), ("no", 1)):
-        done = subprocess.run(horovodrun + [sys.executable, "-c", worker.format(both=both)], capture_output=True,
-                              text=True, timeout=120, cwd=tmp_path)
+        run_dir = tmp_path / both
+        run_dir.mkdir()
+        done = subprocess.run(horovodrun + [sys.executable, "-c", worker.replace("{both}", both)],
+                              capture_output=True, text=True, timeout=120, cwd=run_dir)
         assert done.returncode == status, done.stdout[-2000:] + done.stderr[-2000:]
     assert "every process exited with status" not in done.stdout + done.stderr  # a mix: Horovod's own message

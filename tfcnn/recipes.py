@@ -203,19 +203,24 @@ def rows() -> list[tuple[str, ...]]:
     return out
 
 
-def markdown() -> str:
-    """The recipe table in Markdown: the README's and the docs' recipe section."""
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows()]
+COMPACT = ("recipe", "model", "global batch", "published top-1")
+
+
+def markdown(columns=COLUMNS) -> str:
+    """The recipe table in Markdown (the docs' recipe section; the README's has the COMPACT columns)."""
+    picked = [COLUMNS.index(column) for column in columns]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(row[i].replace("|", "\\|") for i in picked) + " |" for row in rows()]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tfcnn.recipes", description=__doc__.split("\n\n")[0])
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    parser.add_argument("--compact", action="store_true", help="with --markdown: the README's columns only")
     args = parser.parse_args(argv)
     if args.markdown:
-        sys.stdout.write(markdown())
+        sys.stdout.write(markdown(COMPACT if args.compact else COLUMNS))
         return
     for row in rows():
         print(f"{row[0]}: {row[1]}, global batch {row[2]}")

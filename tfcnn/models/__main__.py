@@ -1,5 +1,5 @@
-"""`python -m tfcnn.models [PATTERN]`: the model table (name, input size, params, GMACs, reference top-1, the
-timm / torchvision definition whose weights it loads)."""
+"""`python -m tfcnn.models [PATTERN] [--markdown]`: the model table (name, input size, params, GMACs, reference
+top-1, the timm / torchvision definition whose weights it loads); as Markdown, the docs' table."""
 import sys
 
 from tfcnn.models import list_models, model_info
@@ -14,5 +14,18 @@ def model_table(pattern="*"):
     return "\n".join(rows)
 
 
+def model_markdown(pattern="*"):
+    rows = ["| model | input | params | GMACs | reference top-1 | weights of |", "|---|---|---|---|---|---|"]
+    for name in list_models(pattern):
+        info = model_info(name)
+        top1 = f"{info.top1:.2f}%" if info.top1 else "none published"
+        rows.append(f"| {name} | {info.input_size} | {info.params:,} | {info.gmacs:.3f} | {top1} | {info.reference} |")
+    return "\n".join(rows) + "\n"
+
+
 if __name__ == "__main__":
-    print(model_table(*sys.argv[1:2]))
+    args = [a for a in sys.argv[1:] if a != "--markdown"]
+    if "--markdown" in sys.argv[1:]:
+        print(model_markdown(*args[:1]), end="")
+    else:
+        print(model_table(*args[:1]))

@@ -1,0 +1,101 @@
+"""Writes the documentation's generated pages from their one source, or checks them (`--check`).
+
+    python docs/generate.py            # make docs runs it before building the site
+    python docs/generate.py --check    # exit 1 naming the stale pages (tests/test_docs.py does the same)
+
+docs/generated/flags.md        the training flags: tfcnn.training.config.TrainConfig's fields and help texts
+docs/generated/models.md       the model zoo: the registry (python -m tfcnn.models --markdown)
+docs/generated/recipes.md      the recipes: tfcnn.recipes (python -m tfcnn.recipes --markdown)
+docs/generated/performance.md  the benchmarks: bench/results/*.json, each with its command, hardware and date
+"""
+import argparse
+import dataclasses
+import glob
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GENERATED = os.path.join(ROOT, "docs", "generated")
+sys.path.insert(0, ROOT)
+
+
+def flags() -> str:
+    from tfcnn.training.config import TrainConfig
+
+    lines = ["| flag | default | meaning |", "|---|---|---|"]
+    for field in dataclasses.fields(TrainConfig):
+        default = field.default
+        shown = "none" if default is None else ",".join(map(str, default)) if isinstance(default, tuple) else default
+        text = field.metadata["help"].replace("|", "\\|")
+        lines.append(f"| `--{field.name}` | {shown} | {text} |")
+    return "\n".join(lines) + "\n"
+
+
+def models() -> str:
+    from tfcnn.models.__main__ import model_markdown
+
+    return model_markdown()
+
+
+def recipes() -> str:
+    from tfcnn import recipes as recipe_table
+
+    return recipe_table.markdown()
+
+
+def performance() -> str:
+    """One section per bench/results file: its title, command, hardware and date, the measured rows and the
+    ratios against the baseline measured in the same run."""
+    parts = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "bench", "results", "*.json"))):
+        with open(path) as f:
+            result = json.load(f)
+        env = result["environment"]
+        parts.append(f"### {result['title']}\n\n`{result['command']}`: {env['device']}, TensorFlow "
+                     f"{env['tensorflow']}, {result['date']} (`bench/results/{os.path.basename(path)}`)\n")
+        keys = [k for k in result["results"][0] if k != "name"]
+        rows = ["| run | " + " | ".join(k.replace("_", " ") for k in keys) + " |", "|---" * (len(keys) + 1) + "|"]
+        rows += [f"| {r['name']} | " + " | ".join(_number(r.get(k)) for k in keys) + " |" for r in result["results"]]
+        ratios = [f"- {name}: **{value:.2f}x**" for name, value in result["ratios"].items()]
+        parts.append("\n".join(rows) + "\n\n" + "\n".join(ratios) + "\n")
+    return "\n".join(parts)
+
+
+def _number(value):
+    if isinstance(value, float):
+        return f"{value:,.1f}" if value >= 10 else f"{value:.2f}"
+    return "" if value is None else str(value)
+
+
+PAGES = {"flags.md": flags, "models.md": models, "recipes.md": recipes, "performance.md": performance}
+
+
+def stale() -> list:
+    """The generated pages whose file differs from what their source says now."""
+    out = []
+    for name, make in PAGES.items():
+        path = os.path.join(GENERATED, name)
+        if not os.path.exists(path) or open(path, encoding="utf-8").read() != make():
+            out.append(name)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only check; exit 1 naming stale pages")
+    args = parser.parse_args()
+    if args.check:
+        names = stale()
+        if names:
+            sys.exit(f"docs/generated/ is stale: {', '.join(names)}; run `python docs/generate.py`")
+        return
+    os.makedirs(GENERATED, exist_ok=True)
+    for name, make in PAGES.items():
+        with open(os.path.join(GENERATED, name), "w", encoding="utf-8") as f:
+            f.write(make())
+    print(f"wrote {', '.join(PAGES)} to docs/generated/")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The README and the documentation site's sources: generated pages current, runnable snippets running,
+links that lead somewhere, no measurement diary in the README. (`make docs` builds the site itself with
+mkdocs --strict, which fails on a broken link or a missing page; CI runs it.)"""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = os.path.join(REPO, "docs")
+SOURCES = ["README.md"] + sorted(os.path.join("docs", n) for n in os.listdir(DOCS) if n.endswith(".md"))
+RUNS = "<!-- test: runs -->"
+
+
+def generator():
+    spec = importlib.util.spec_from_file_location("docs_generate", os.path.join(DOCS, "generate.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_pages_say_what_their_sources_say():
+    """Flags from TrainConfig, models from the registry, recipes from tfcnn.recipes, figures from
+    bench/results: each page equal to what its source gives now."""
+    assert generator().stale() == [], "docs/generated/ is stale: run `python docs/generate.py` (make docs does)"
+
+
+def test_a_stale_page_is_noticed(monkeypatch):
+    """The check above can fail: a help text that says something else than the page makes it stale."""
+    module = generator()
+    original = module.flags
+    monkeypatch.setitem(module.PAGES, "flags.md", lambda: original().replace("per 256 images", "per 128 images"))
+    assert module.stale() == ["flags.md"]
+
+
+def runnable_blocks():
+    """(file, first line, code) of every ```python block marked `<!-- test: runs -->` on the line before."""
+    blocks = []
+    for name in SOURCES:
+        lines = open(os.path.join(REPO, name), encoding="utf-8").read().splitlines()
+        for i, line in enumerate(lines):
+            if line.strip() == RUNS:
+                assert lines[i + 1].strip() == "```python", f"{name}:{i + 1}: {RUNS} must come right before ```python"
+                end = lines.index("```", i + 2)
+                blocks.append((name, i + 3, "\n".join(lines[i + 2:end])))
+    return blocks
+
+
+@pytest.mark.parametrize("name, line, code", runnable_blocks(), ids=lambda v: str(v)[:40])
+def test_marked_snippets_run(name, line, code, tmp_path):
+    """A renamed function or flag breaks these, not the reader. They run as a reader would, in a fresh
+    process (beside a photo.jpg, which the README's example reads)."""
+    from PIL import Image
+
+    pixels = (np.random.default_rng(0).random((120, 160, 3)) * 255).astype(np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "photo.jpg")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": REPO})
+    assert done.returncode == 0, f"{name}:{line}: the snippet failed:\n{done.stderr[-3000:]}"
+
+
+def test_the_readme_and_the_site_mark_snippets_to_run():
+    assert {name for name, _, _ in runnable_blocks()} >= {"README.md", os.path.join("docs", "training.md")}
+
+
+def test_readme_is_short_and_keeps_no_diary():
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    assert len(readme.splitlines()) <= 200
+    dates = re.findall(r"\b20\d\d-\d\d-\d\d\b", readme)
+    assert not dates, f"README.md holds dates {dates}: measurement history goes to CHANGELOG.md"
+
+
+def test_readme_links_lead_to_files_and_the_site_lists_every_page():
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
+        if not target.startswith(("http://", "https://")):
+            assert os.path.exists(os.path.join(REPO, target)), f"README.md links to {target}, which does not exist"
+    nav = open(os.path.join(REPO, "mkdocs.yml"), encoding="utf-8").read()
+    pages = {n for n in os.listdir(DOCS) if n.endswith(".md")}
+    listed = set(re.findall(r":\s*(\w+\.md)\s*$", nav, flags=re.M))
+    assert listed == pages, f"mkdocs.yml's nav and docs/ differ: {sorted(listed ^ pages)}"
+    for name in ("LICENSE", "CHANGELOG.md"):
+        assert os.path.getsize(os.path.join(REPO, name)) > 1000
