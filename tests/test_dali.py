@@ -3,7 +3,6 @@
 The index-format tests need no DALI and always run; the others skip, naming the install command, where
 DALI and its TensorFlow plugin are not installed (`make install DALI=1`).
 """
-import glob
 import json
 import os
 import shutil

@@ -1,6 +1,5 @@
 """tfcnn.data: rank sharding, exact validation coverage, training batches, resume, bad input."""
 import json
-import os
 import subprocess
 import sys
 
