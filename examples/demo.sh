@@ -8,30 +8,36 @@ cd "$(dirname "$0")/.."
 bin=${VENV_BIN:-.venv/bin}
 out=${DEMO_DIR:-demo_output}
 ranks=${DEMO_RANKS:-2}
-step() { printf '\n== %s\n' "$*"; }
+# Each stage's time, printed at the end (the install's too, when make demo timed it).
+times=${DEMO_INSTALL_S:+"install (make install): ${DEMO_INSTALL_S} s"}
+stage="" started=$SECONDS
+finish() { [ -z "$stage" ] || times+="${times:+$'\n'}$stage: $((SECONDS - started)) s"; }
+step() { finish; stage=$1; started=$SECONDS; printf '\n== %s\n' "$2"; }  # step NAME DESCRIPTION
 
-step "1/5 drawing a 4-class shapes dataset (1,000 training and 200 validation images)"
+step dataset "1/5 drawing a 4-class shapes dataset (1,000 training and 200 validation images)"
 [ -d "$out/raw/train" ] || "$bin/python" -m imagenet_prep.demo_dataset --output_dir "$out/raw" --num_classes 4 \
     --train_per_class 250 --val_per_class 50
 
-step "2/5 converting it to TFRecords (imagenet_prep, shorter side capped at 80 px, JPEG quality 90)"
+step conversion "2/5 converting it to TFRecords (imagenet_prep, shorter side capped at 80 px, JPEG quality 90)"
 "$bin/python" -m imagenet_prep.build_tfrecords --train_dir "$out/raw/train" --validation_dir "$out/raw/val" \
     --bbox_dir "$out/raw/bbox" --output_dir "$out/tfrecords" --train_shards 8 --validation_shards 2 \
     --resize shorter:80 --quality 90
 
-step "3/5 training resnet18 at 64 px with horovodrun -np $ranks (Gloo), 16 epochs"
+step training "3/5 training resnet18 at 64 px with horovodrun -np $ranks (Gloo), 16 epochs"
 rm -rf "$out/run" "$out/saved_model"
 "$bin/horovodrun" --gloo -np "$ranks" -H "localhost:$ranks" "$bin/python" examples/train.py --model resnet18 \
-    --data_dir "$out/tfrecords" --image_size 64 --batch_size 32 --num_iter 16 --lr 0.4 --warmup_epochs 1 \
+    --data_dir "$out/tfrecords" --image_size 64 --batch_size 32 --num_iter 16 --lr 0.4 --warmup_epochs 1 --train_crop inception \
     --display_every 30 --log_dir "$out/run" --export_dir "$out/saved_model" --seed 1
 
-step "4/5 evaluating the last checkpoint on the validation split (python -m tfcnn.evaluate)"
+step evaluation "4/5 evaluating the last checkpoint on the validation split (python -m tfcnn.evaluate)"
 "$bin/python" -m tfcnn.evaluate --data_dir "$out/tfrecords" --log_dir "$out/run" --output "$out/eval.json"
 
-step "5/5 classifying a validation image with the exported SavedModel"
+step classification "5/5 classifying a validation image with the exported SavedModel"
 image=$(ls "$out/raw/val/triangle/"*.JPEG | head -n 1)
 "$bin/python" examples/classify.py --saved_model "$out/saved_model" "$image"
 
+finish
+times+=$'\n'"total: $(( ${DEMO_INSTALL_S:-0} + SECONDS )) s"
 top1=$("$bin/python" -c "import json; print(f\"{100 * json.load(open('$out/eval.json'))['top1']:.1f}\")")
 cat <<MSG
 
@@ -41,4 +47,7 @@ demo done: resnet18 reached ${top1}% top-1 on 4 classes (chance: 25%).
   logs:        $out/run/metrics.jsonl, $out/run/tensorboard (tensorboard --logdir $out/run), $out/run/config.json
   SavedModel:  $out/saved_model (examples/classify.py shows how to use it)
   evaluation:  $out/eval.json
+
+stage times:
+$(sed 's/^/  /' <<< "$times")
 MSG

@@ -21,6 +21,7 @@ TINY = {
     "memory.py": ["--model=mobilenet_v2", "--batch_size=2", "--image_size=48", "--steps=2", "--repeats=1"],
     "stop_agreement.py": ["--model=resnet18", "--image_size=64", "--batch_size=2", "--steps=6", "--warmup_steps=2",
                           "--repeats=1"],
+    "kernels.py": ["--cases=resnet18", "--batch_size=2", "--steps=1", "--repeats=1"],
     "onnx_inference.py": ["--model=resnet18", "--image_size=32", "--batch_sizes=1,2", "--rounds=1", "--calls=1"],
 }
 # The smoke runs that train a zoo model, at a size and batch where it can (see test_training_smoke_runs_...): the

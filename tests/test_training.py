@@ -473,6 +473,27 @@ def test_tensorflow_start_up_lines_are_quiet_unless_the_user_asks(user_level):
     assert (info_line is not None) == (user_level == "0"), done.stderr[-2000:]
 
 
+@pytest.mark.parametrize("user_choice", [None, "0", "1"], ids=["default", "user-set-0", "user-set-1"])
+def test_onednn_kernels_are_the_default_unless_the_user_chose(user_choice):
+    """make install's tfcnn-env.pth turns oneDNN's CPU kernels on in every Python of the venv (TensorFlow's own
+    default only on AVX-512-class CPUs), and a TF_ENABLE_ONEDNN_OPTS the user set wins; the training start-up
+    note says which kernels run and who chose."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_ENABLE_ONEDNN_OPTS", "TFCNN_ONEDNN_DEFAULT")}
+    if user_choice is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = user_choice
+    probe = ("import os; from tfcnn.precision import cpu_kernels_note; "
+             "print(os.environ.get('TF_ENABLE_ONEDNN_OPTS')); print(cpu_kernels_note())")
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    value, note = done.stdout.splitlines()[-2:]
+    assert value == (user_choice or "1")
+    expected = {None: "CPU kernels: oneDNN's (tfcnn's default; 1.0-3.5x Eigen's speed on AVX2 CPUs); "
+                      "TF_ENABLE_ONEDNN_OPTS=0 selects Eigen's",
+                "0": "CPU kernels: Eigen's (TF_ENABLE_ONEDNN_OPTS=0, set in the environment)",
+                "1": "CPU kernels: oneDNN's (TF_ENABLE_ONEDNN_OPTS=1, set in the environment)"}[user_choice]
+    assert note == expected
+
+
 # -------------------------------------------------------------------------------- multi process
 
 @pytest.mark.slow

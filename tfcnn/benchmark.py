@@ -31,7 +31,7 @@ from tfcnn.data.preprocessing import normalize_batch
 from tfcnn.models import create_model, list_models, model_info
 from tfcnn.models.weights import open_weights
 from tfcnn.options import PRECISIONS
-from tfcnn.precision import COMPUTE_DTYPES, cpu_flags, hardware_notes, set_policy
+from tfcnn.precision import COMPUTE_DTYPES, cpu_flags, set_policy, startup_notes
 
 PERCENTILES = (50, 90, 95, 99)
 CSV_FIELDS = ["model", "mode", "precision", "use_xla", "image_size", "batch_size", "ranks", "status",
@@ -193,7 +193,7 @@ def main(argv=None):
             "ranks": distributed.size() if args.mode == "train" else 1}
     log(f"tfcnn.benchmark: {args.mode}, {args.precision}{' + XLA' if args.use_xla else ''}, synthetic data, "
         f"{meta['ranks']} rank(s), on {meta['device']}; {args.warmup_steps} warmup + {args.steps} timed steps")
-    for note in hardware_notes(args.precision, args.use_xla):
+    for note in startup_notes(args.precision, args.use_xla):
         log(f"tfcnn.benchmark: {note}")
     log(f"{'model':<22}{'batch':>6}{'img/s':>11}{'img/s/rank':>11}" + "".join(f"{f'p{p} ms':>9}" for p in PERCENTILES))
     try:

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from tfcnn.metrics import accuracy, count_correct
 from tfcnn.options import DATA_BACKENDS, PRECISIONS, add_feed_flags, add_weight_sources, check_feed_flags
-from tfcnn.precision import COMPUTE_DTYPES, hardware_notes, set_policy
+from tfcnn.precision import COMPUTE_DTYPES, set_policy, startup_notes
 
 
 def load_predictor(args, log=print):
@@ -87,7 +87,7 @@ def evaluate(args) -> dict:
     distributed.init()
     chief = distributed.is_chief()
     log = print if chief else (lambda *_: None)
-    for note in hardware_notes(args.precision):
+    for note in startup_notes(args.precision):
         log(f"tfcnn.evaluate: {note}")
     # Before any weights load: a clear error when the shards (or their DALI indexes) are missing.
     share = _rank_share(args.data_backend, args.data_dir, distributed.size(), distributed.rank())

@@ -1,5 +1,5 @@
-"""The precisions, as Keras policies and as the dtype of the images fed to a model; and the notes
-for settings that are slow on the hardware at hand (fp16 or XLA without a GPU)."""
+"""The precisions, as Keras policies and as the dtype of the images fed to a model; the notes for settings
+that are slow on the hardware at hand (fp16 or XLA without a GPU), and which CPU kernels run."""
 from __future__ import annotations
 
 import functools
@@ -48,6 +48,19 @@ def has_gpu() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
 
 
+def cpu_kernels_note() -> str:
+    """Which CPU kernels TensorFlow runs and who chose: tfcnn's venv turns oneDNN's on unless the user set
+    TF_ENABLE_ONEDNN_OPTS (TensorFlow's own default is oneDNN only on AVX-512-class CPUs, Eigen elsewhere)."""
+    chosen = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    if os.environ.get("TFCNN_ONEDNN_DEFAULT") == "1" and chosen == "1":
+        return ("CPU kernels: oneDNN's (tfcnn's default; 1.0-3.5x Eigen's speed on AVX2 CPUs); "
+                "TF_ENABLE_ONEDNN_OPTS=0 selects Eigen's")
+    if chosen is None:
+        return "CPU kernels: TensorFlow's choice (oneDNN's on AVX-512-class CPUs, Eigen's on others)"
+    kind = "oneDNN's" if chosen.lower() in ("1", "true") else "Eigen's"
+    return f"CPU kernels: {kind} (TF_ENABLE_ONEDNN_OPTS={chosen}, set in the environment)"
+
+
 def hardware_notes(precision: str = "fp32", use_xla: bool = False) -> list[str]:
     """Why the chosen precision or --use_xla is a poor choice on this machine: [] when it is fine.
 
@@ -68,3 +81,9 @@ def hardware_notes(precision: str = "fp32", use_xla: bool = False) -> list[str]:
         notes.append("note: --use_xla without a GPU: XLA's CPU convolutions are slower than TensorFlow's own "
                      "(0.36-0.69x in bench/train_step.py); XLA pays off on GPUs")
     return notes
+
+
+def startup_notes(precision: str = "fp32", use_xla: bool = False) -> list[str]:
+    """What a run prints about the hardware at start: which CPU kernels run and hardware_notes' warnings
+    ([] on a GPU)."""
+    return [] if has_gpu() else [cpu_kernels_note(), *hardware_notes(precision, use_xla)]

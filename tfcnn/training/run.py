@@ -12,7 +12,7 @@ import os
 
 from tfcnn import checkpoints, distributed
 from tfcnn.fileio import atomic_write_text
-from tfcnn.precision import hardware_notes
+from tfcnn.precision import startup_notes
 from tfcnn.training.callbacks import METRICS_FILE
 from tfcnn.training.config import TrainConfig
 from tfcnn.training.elastic import train_elastic
@@ -91,7 +91,7 @@ def _print_start(plan: Plan):
           + (f"; resuming from {plan.checkpoint} at step {plan.start_step}" if plan.checkpoint else "")
           + ("; --init_weights ignored: resuming takes precedence" if plan.checkpoint and c.init_weights else ""),
           flush=True)
-    for note in hardware_notes(c.precision, c.use_xla):
+    for note in startup_notes(c.precision, c.use_xla):
         print(f"tfcnn: {note}", flush=True)
 
 
