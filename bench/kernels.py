@@ -8,9 +8,10 @@ TensorFlow turns oneDNN's kernels on by default only on CPUs with AVX-512-class 
 model at an input size and batch, a training step or an inference call, fp32, or bf16 where the CPU has
 it) runs in fresh processes under each kernel set, in alternating order, `--repeats` times; the figure is
 the mean img/s over the timed steps, after a warmup step. `--isa avx2` caps oneDNN at AVX2
-(ONEDNN_MAX_CPU_ISA=AVX2, which TensorFlow's oneDNN honours: ONEDNN_VERBOSE=1 then prints "isa:Intel AVX2"): on
-an AVX-512 machine, what an AVX2 CPU would get from it (Eigen's kernels use what the wheel was compiled for either way). The ratio oneDNN / Eigen per
-case decides the kernel policy of tfcnn's venv (tfcnn-env.pth).
+(ONEDNN_MAX_CPU_ISA=AVX2, which TensorFlow's oneDNN honours: ONEDNN_VERBOSE=1 then prints "isa:Intel
+AVX2"): on an AVX-512 machine, what an AVX2 CPU would get from it (Eigen's kernels use what the wheel was
+compiled for either way); not with --bf16, which TensorFlow hands to oneDNN by the CPU's AVX512F flag. The
+ratio oneDNN / Eigen per case decides the kernel policy of tfcnn's venv (tfcnn-env.pth).
 """
 import json
 import os

@@ -30,11 +30,11 @@ from tfcnn.models import DataConfig, create_model, list_models, model_overrides 
 
 # Adding a family's representative to test_models.REPRESENTATIVES covers it here too.
 FAMILIES = REPRESENTATIVES
-# The models with 60-146 M parameters in dense classifiers convert in 6-13 GB each (AlexNet 6, OverFeat 10.7,
-# VGG-11 13): two at once on the two test workers run a 24 GB machine out of memory, so they take turns
-# (an inter-process lock; xdist's loadgroup would do, but pytest 9 drops the group its workers set).
-# Their conversion's peak resident memory in GB, measured (a test holding the lock skips, naming the need, where
-# the machine has less available: a run of the whole suite beside the ONNX tests can leave the other worker large).
+# The models with 60-146 M parameters in dense classifiers, and their conversion's peak resident memory in GB
+# (measured, but VGG-16-BN's, taken a little above VGG-11's). Two at once on the two test workers run a 24 GB
+# machine out of memory, so they take turns under an inter-process lock (xdist's loadgroup would do, but under
+# pytest 9 its workers' groups are lost), and skip, naming the need, where the machine has less available (a
+# run of the whole suite beside the ONNX tests can leave the other worker large).
 DENSE_CLASSIFIERS = {"alexnet": 6.1, "overfeat": 10.7, "vgg11": 13.3, "vgg16_bn": 13.5}
 QUIET = dict(log=lambda *_: None)
 
@@ -99,8 +99,9 @@ def one_at_a_time(tmp_path_factory, peak_gb):
     with open(tmp_path_factory.getbasetemp().parent / "dense-classifiers.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if available_gb() < peak_gb + 1:
-                pytest.skip(f"the conversion peaks at {peak_gb} GB and {available_gb():.1f} GB are available; run "
+            available = available_gb()
+            if available < peak_gb + 1:
+                pytest.skip(f"the conversion peaks at {peak_gb} GB and {available:.1f} GB are available; run "
                             f"the ONNX tests alone: make test ONNX=1 TESTS=tests/test_export_onnx.py")
             yield
         finally:
