@@ -34,5 +34,8 @@ setup(
         # The documentation site (make docs): MkDocs with the Material theme, the API pages from docstrings.
         "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26"],
     },
+    # The command-line tools, also `python -m tfcnn.<tool>`: they run from an installed tfcnn, no checkout needed.
+    entry_points={"console_scripts": [f"tfcnn-{tool}=tfcnn.{tool}:{entry}" for tool, entry in (
+        ("train", "cli"), ("evaluate", "main"), ("export", "main"), ("convert", "main"), ("benchmark", "main"))]},
     license="Apache-2.0",
 )

@@ -135,7 +135,7 @@ def digits_accuracy(directory, calibration_images, epochs):
     """Rows of top-1 on the digits' validation shards: TensorFlow fp32, ONNX Runtime fp32 and int8."""
     from tfcnn import onnx_export
     from tfcnn.data import pipeline
-    from tfcnn.evaluate import evaluate, parse_args
+    from tfcnn.evaluate import evaluate
     from tfcnn.metrics import accuracy, count_correct
     from tfcnn.models import create_model
 
@@ -149,9 +149,8 @@ def digits_accuracy(directory, calibration_images, epochs):
                                          log=lambda *_: None)
         files["ONNX Runtime fp32"] = os.path.join(export, onnx_export.FP32_FILE)
         files[f"ONNX Runtime int8, {target} QDQ"] = os.path.join(export, onnx_export.INT8_FILE)
-    tf_result = evaluate(parse_args([f"--data_dir={records_dir}", f"--log_dir={log_dir}", "--quiet"]))
-    rows = [{"name": "TensorFlow fp32 (tfcnn.evaluate)", "images": tf_result["count"],
-             "top1_pct": 100 * tf_result["top1"]}]
+    tf_result = evaluate(log_dir, data_dir=records_dir, progress=False)
+    rows = [{"name": "TensorFlow fp32 (tfcnn.evaluate)", "images": tf_result.count, "top1_pct": 100 * tf_result.top1}]
     data = model.data_config
     for label, path in files.items():
         predict = onnx_export.predictor(path)

@@ -4,7 +4,9 @@
     python docs/generate.py --check    # exit 1 naming the stale pages (tests/test_docs.py does the same)
 
 docs/generated/flags.md        the training flags: tfcnn.training.config.TrainConfig's fields and help texts
-docs/generated/models.md       the model zoo: the registry (python -m tfcnn.models --markdown)
+docs/generated/models.md       the model zoo: the registry (python -m tfcnn.models --markdown), with what
+                               weights="imagenet" loads (tfcnn.models.pretrained)
+docs/generated/weights.md      the published weights' names per model: tfcnn.models.pretrained's table
 docs/generated/recipes.md      the recipes: tfcnn.recipes (python -m tfcnn.recipes --markdown)
 docs/generated/performance.md  the benchmarks: bench/results/*.json, each with its command, hardware and date
 """
@@ -38,6 +40,12 @@ def models() -> str:
     return model_markdown()
 
 
+def weights() -> str:
+    from tfcnn.models import list_models, pretrained
+
+    return pretrained.markdown(list_models())
+
+
 def recipes() -> str:
     from tfcnn import recipes as recipe_table
 
@@ -68,7 +76,8 @@ def _number(value):
     return "" if value is None else str(value)
 
 
-PAGES = {"flags.md": flags, "models.md": models, "recipes.md": recipes, "performance.md": performance}
+PAGES = {"flags.md": flags, "models.md": models, "weights.md": weights, "recipes.md": recipes,
+         "performance.md": performance}
 
 
 def stale() -> list:

@@ -25,7 +25,7 @@ step conversion "2/5 converting it to TFRecords (imagenet_prep, shorter side cap
 
 step training "3/5 training resnet18 at 64 px with horovodrun -np $ranks (Gloo), 16 epochs"
 rm -rf "$out/run" "$out/saved_model"
-"$bin/horovodrun" --gloo -np "$ranks" -H "localhost:$ranks" "$bin/python" examples/train.py --model resnet18 \
+"$bin/horovodrun" --gloo -np "$ranks" -H "localhost:$ranks" "$bin/python" -m tfcnn.train --model resnet18 \
     --data_dir "$out/tfrecords" --image_size 64 --batch_size 32 --num_iter 16 --lr 0.4 --warmup_epochs 1 \
     --train_crop inception --display_every 30 --log_dir "$out/run" --export_dir "$out/saved_model" --seed 1
 

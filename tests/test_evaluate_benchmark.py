@@ -79,23 +79,23 @@ def test_evaluation_errors(eval_setup, tmp_path):
     wrong = subprocess.run([sys.executable, "-m", "tfcnn.evaluate", "--model=resnet34", f"--data_dir={data_dir}",
                             f"--checkpoint={checkpoint}"], capture_output=True, text=True, timeout=300)
     assert wrong.returncode != 0
-    assert "holds a checkpoint of resnet18 (ckpt-1), not of --model resnet34" in wrong.stderr
+    assert "holds a checkpoint of resnet18 (ckpt-1), not of model resnet34" in wrong.stderr
     no_val = run_evaluate([], str(tmp_path), checkpoint, tmp_path / "x.json")
     assert no_val.returncode != 0 and "no validation shards in --data_dir" in no_val.stderr
     assert not (tmp_path / "x.json").exists()
 
 
 def test_evaluation_prints_progress_unless_quiet(eval_setup, capsys):
-    from tfcnn.evaluate import evaluate, parse_args
+    import tfcnn
 
     data_dir, checkpoint, reference = eval_setup
-    args = [f"--data_dir={data_dir}", f"--checkpoint={checkpoint}", "--batch_size=2", "--display_seconds=0"]
-    result = evaluate(parse_args(args))
+    options = dict(data_dir=data_dir, batch_size=2, display_seconds=0)
+    result = tfcnn.evaluate(checkpoint, **options)
     lines = [line for line in capsys.readouterr().out.splitlines() if "img/s" in line]
-    assert len(lines) >= 3 and result["count"] == 11
+    assert len(lines) >= 3 and result.count == 11
     assert "/11 images" in lines[0] and "ETA" in lines[0] and "top-1 so far" in lines[0]
     assert lines[-1].split("/")[0].strip().replace(",", "").isdigit()
-    evaluate(parse_args(args + ["--quiet"]))
+    tfcnn.evaluate(checkpoint, progress=False, **options)
     assert "img/s" not in capsys.readouterr().out
 
 

@@ -272,7 +272,7 @@ def test_bad_flags_are_refused_naming_them(argv, message, capsys):
 
 
 def test_bad_sources_are_errors_naming_them(tmp_path):
-    with pytest.raises(SystemExit, match=r"unknown --model 'resnet5'"):
+    with pytest.raises(SystemExit, match=r"unknown model 'resnet5'"):
         export_main(["--format=onnx", "--model=resnet5", f"--weights={tmp_path}", f"--output_dir={tmp_path / 'o'}"])
     with pytest.raises(SystemExit, match=r"is not a tfcnn SavedModel export \(no tfcnn.json\)"):
         export_main(["--format=onnx", f"--saved_model={tmp_path}", f"--output_dir={tmp_path / 'o'}"])

@@ -118,7 +118,7 @@ def test_recipe_values_and_flag_overrides():
     (dict(loss_scale="0"), r"--loss_scale must be .*received: '0'"),
     (dict(momentum_form="torch"), r"--momentum_form must be one of pytorch, keras, received: 'torch'"),
     (dict(weight_decay_set="bn"), r"--weight_decay_set must be one of kernels, no_bn, no_bn_names, received: 'bn'"),
-    (dict(train_crop="random"), r"--train_crop must be one of torchvision, inception, ngc, received: 'random'"),
+    (dict(train_crop="random"), r"--train_crop must be one of torchvision, inception, ngc, none, received: 'random'"),
     (dict(larc_eta=-1.0), r"--larc_eta must be >= 0, received: -1.0"),
     (dict(mean=(1, 2)), r"--mean must be 3 numbers on the 0-255 scale, one per RGB channel, received: \(1, 2\)"),
     (dict(std=(1, 0, 1)), r"--std must be 3 numbers .*\(all > 0\), received"),
@@ -219,10 +219,10 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path):
     assert (export_dir / "labels.txt").read_text() == "hstripes\thstripes\nvstripes\tvstripes\n"
     assert json.loads((export_dir / "tfcnn.json").read_text())["model"] == "testnet"
     # the SavedModel (normalization inside) scores the validation split as the trainer's own predict did
-    from tfcnn.evaluate import evaluate, parse_args
+    import tfcnn
 
-    exported = evaluate(parse_args([f"--data_dir={stripes}", f"--saved_model={export_dir}", "--batch_size=16"]))
-    assert (exported["count"], exported["top1"]) == (48, summary["validation"]["top1"])
+    exported = tfcnn.evaluate(str(export_dir), data_dir=stripes, batch_size=16)
+    assert (exported.count, exported.top1) == (48, summary["validation"]["top1"])
 
 
 def test_the_weight_average_is_what_checkpoints_evaluate_and_export(stripes, tmp_path):
@@ -450,7 +450,7 @@ def test_flags_are_checked_before_tensorflow_loads():
     lines = done.stdout.splitlines()
     assert [line.split()[0] for line in lines[:-2]] == ["--batch_size", "--augment", "--mixup", "--precision",
                                                         "--optimizer", "--label_smoothing"], done.stdout
-    assert lines[-2].startswith("train.py: error: --iter_unit must be one of epoch, batch"), done.stdout
+    assert lines[-2].startswith("tfcnn.train: error: --iter_unit must be one of epoch, batch"), done.stdout
     assert lines[-1] == "tensorflow loaded: False"
 
 

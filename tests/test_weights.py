@@ -213,7 +213,7 @@ def small_dataset(tmp_path_factory):
 def test_convert_then_evaluate_with_the_recorded_preprocessing(resnet18_file, small_dataset, tmp_path):
     from tfcnn.data import pipeline
     from tfcnn.data.preprocessing import normalize_batch
-    from tfcnn.evaluate import evaluate, parse_args
+    from tfcnn.evaluate import evaluate
 
     out = tmp_path / "converted"
     done = subprocess.run([sys.executable, "-m", "tfcnn.convert", "--model=resnet18", f"--weights={resnet18_file}",
@@ -233,10 +233,10 @@ def test_convert_then_evaluate_with_the_recorded_preprocessing(resnet18_file, sm
                                      interpolation="bicubic")
     top1 = sum(int(np.sum(np.argmax(model(normalize_batch(x, expected.mean, expected.std, tf.float32)), 1) == y))
                for x, y in dataset)
-    for source in (f"--checkpoint={out}", f"--saved_model={out / 'saved_model'}"):
-        result = evaluate(parse_args([f"--data_dir={small_dataset}", source, "--batch_size=4", "--quiet"]))
-        assert DataConfig.from_dict(result["data_config"]) == expected, source
-        assert (result["count"], result["top1_correct"]) == (12, top1), source
+    for source in (str(out), str(out / "saved_model")):
+        result = evaluate(source, data_dir=small_dataset, batch_size=4, progress=False)
+        assert DataConfig.from_dict(result.data_config) == expected, source
+        assert (result.count, result.top1_correct) == (12, top1), source
     # the SavedModel's encoded-image signature crops and resizes as the recorded config says
     from tfcnn.data.preprocessing import eval_image
 

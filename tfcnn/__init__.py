@@ -1,8 +1,48 @@
-"""tfcnn: TensorFlow 2 CNN training toolkit (model zoo, TFRecord pipeline, Horovod mixed-precision training)."""
+"""tfcnn: TensorFlow 2 CNN training toolkit (model zoo, TFRecord pipeline, Horovod mixed-precision training).
+
+    import tfcnn
+    model = tfcnn.create_model("resnet50", weights="imagenet", include_preprocessing=True)
+    result = tfcnn.train(model="resnet18", train_data=(x, y), image_size=32, num_iter=10)
+    scores = tfcnn.evaluate(result.checkpoint, data=(x_val, y_val))
+    tfcnn.export(result.checkpoint, "exported/")
+    tfcnn.convert("resnet50", "resnet50-0676ba61.pth", "runs/rn50_tv")
+
+train, evaluate, export and convert are the modules of the same names (`python -m tfcnn.train`, ...);
+each module is callable as its function. Importing tfcnn loads no TensorFlow: each loads on first use.
+"""
+import importlib
 import os
+import sys
+import types
 
 # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown out the tools' own output; a user's own
 # TF_CPP_MIN_LOG_LEVEL still wins.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 __version__ = "0.1.0"
+__all__ = ["convert", "create_model", "evaluate", "export", "list_models", "train"]
+
+_TOOLS = ("train", "evaluate", "export", "convert")  # modules callable as their function
+_MODELS = ("create_model", "list_models", "model_info")
+
+
+def callable_module(module_name: str, function) -> None:
+    """Makes the module `module_name` callable as `function`, so that `tfcnn.evaluate(...)` works whether or
+    not `import tfcnn.evaluate` (which binds the module to that name, as `python -m` needs it) happened."""
+    module = sys.modules[module_name]
+
+    class CallableModule(types.ModuleType):
+        __doc__ = module.__doc__
+
+        def __call__(self, *args, **kwargs):
+            return function(*args, **kwargs)
+
+    module.__class__ = CallableModule
+
+
+def __getattr__(name):
+    if name in _TOOLS:
+        return importlib.import_module(f"tfcnn.{name}")
+    if name in _MODELS:
+        return getattr(importlib.import_module("tfcnn.models"), name)
+    raise AttributeError(f"module 'tfcnn' has no attribute {name!r}")

@@ -14,7 +14,10 @@ torchvision file name, else the family's usual, said so; the flags override it).
 
 --export also writes OUTPUT_DIR/saved_model (both serving signatures, fed as the weights expect).
 OUTPUT_DIR/convert.json says what was loaded and skipped. Loading is strict: a file of another
-architecture is refused naming its keys. Nothing is downloaded: pass a file you have.
+architecture is refused naming its keys. --weights also takes a published weights name ("imagenet",
+python -m tfcnn.models NAME lists a model's), downloaded once into the weights cache.
+
+    tfcnn.convert("resnet50", "resnet50-0676ba61.pth", "runs/rn50_tv", num_classes=10, new_head=True)
 """
 from __future__ import annotations
 
@@ -23,37 +26,52 @@ import json
 import os
 import sys
 
+from tfcnn import callable_module
 
-def convert(args, log=print) -> dict:
+
+def convert(model: str, weights: str, output_dir: str, *, num_classes: int | None = None, new_head: bool = False,
+            export: bool = False, image_size: int | None = None, crop_fraction: float | None = None,
+            interpolation: str | None = None, mean=None, std=None, log=print) -> dict:
+    """Writes output_dir/checkpoints/ckpt-0 of `model` loaded with `weights` (a timm / torchvision file or a
+    weights name), and with export=True output_dir/saved_model; returns what convert.json records.
+    new_head: load all but the classifier, which starts fresh with num_classes classes. The feed overrides
+    (image_size, crop_fraction, interpolation, mean and std as R,G,B on the 0-255 scale) replace what the
+    weights' data config says."""
     import tensorflow as tf
 
     from tfcnn import checkpoints
     from tfcnn.fileio import atomic_write_text
-    from tfcnn.models import create_model
+    from tfcnn.models import create_model, list_models
     from tfcnn.models.weights import load_weights, open_weights
 
-    source = open_weights(args.model, args.weights)
-    data = source.data_config.replace(input_size=args.image_size, crop_fraction=args.crop_fraction,
-                                      interpolation=args.interpolation, mean=args.mean, std=args.std)
-    head = "new" if args.new_head else "keep"
-    num_classes = args.num_classes or (source.num_classes if head == "keep" else None)
-    model = create_model(args.model, num_classes=num_classes, input_shape=(data.input_size, data.input_size, 3),
-                         **source.options)
-    model.data_config = data
-    report = load_weights(model, source, head=head, log=log)
-    os.makedirs(args.output_dir, exist_ok=True)
-    manager = tf.train.CheckpointManager(checkpoints.make_checkpoint(model), checkpoints.checkpoint_dir(args.output_dir),
-                                         max_to_keep=1, checkpoint_name="ckpt")
-    summary = {"model": args.model, "source": os.path.abspath(args.weights), "kind": source.kind,
-               "num_classes": checkpoints.model_classes(model), "loaded_tensors": report["loaded"],
-               "skipped": report["skipped"], "new_head": args.new_head, "options": dict(model.build_options),
+    if model not in list_models():
+        raise ValueError(f"unknown model {model!r}; valid models: {', '.join(list_models())}")
+    if num_classes is not None and num_classes < 1:
+        raise ValueError(f"num_classes must be a positive integer, received: {num_classes}")
+    if new_head and not num_classes:
+        raise ValueError("new_head needs num_classes (the new classifier's class count)")
+    source = open_weights(model, weights)
+    data = source.data_config.replace(input_size=image_size, crop_fraction=crop_fraction,
+                                      interpolation=interpolation, mean=mean, std=std)
+    head = "new" if new_head else "keep"
+    num_classes = num_classes or (source.num_classes if head == "keep" else None)
+    network = create_model(model, num_classes=num_classes, input_shape=(data.input_size, data.input_size, 3),
+                           **source.options)
+    network.data_config = data
+    report = load_weights(network, source, head=head, log=log)
+    os.makedirs(output_dir, exist_ok=True)
+    manager = tf.train.CheckpointManager(checkpoints.make_checkpoint(network),
+                                         checkpoints.checkpoint_dir(output_dir), max_to_keep=1, checkpoint_name="ckpt")
+    summary = {"model": model, "source": os.path.abspath(source.path), "kind": source.kind,
+               "num_classes": checkpoints.model_classes(network), "loaded_tensors": report["loaded"],
+               "skipped": report["skipped"], "new_head": new_head, "options": dict(network.build_options),
                "data_config": data.to_dict(), "data_config_origin": source.data_origin,
                "checkpoint": manager.save(checkpoint_number=0)}
-    if args.export:
+    if export:
         from tfcnn.training.export import export_saved_model
 
-        summary["saved_model"] = export_saved_model(model, os.path.join(args.output_dir, "saved_model"))
-    atomic_write_text(os.path.join(args.output_dir, "convert.json"), json.dumps(summary, indent=1) + "\n")
+        summary["saved_model"] = export_saved_model(network, os.path.join(output_dir, "saved_model"))
+    atomic_write_text(os.path.join(output_dir, "convert.json"), json.dumps(summary, indent=1) + "\n")
     return summary
 
 
@@ -69,7 +87,8 @@ def parse_args(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="tfcnn model name (python -m tfcnn.models)")
     parser.add_argument("--weights", required=True, help="timm / torchvision state dict: .safetensors, or "
-                                                         ".pth/.pt/.bin with torch installed")
+                                                         ".pth/.pt/.bin with torch installed; or a published weights "
+                                                         "name (e.g. imagenet)")
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--num_classes", type=int, help="default: the file's classifier")
     parser.add_argument("--new_head", action="store_true", help="load all but the classifier (another "
@@ -90,12 +109,11 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from tfcnn.models import list_models
-
-    if args.model not in list_models():
-        sys.exit(f"tfcnn.convert: error: unknown --model {args.model!r}; valid models: {', '.join(list_models())}")
     try:
-        summary = convert(args)
+        summary = convert(args.model, args.weights, args.output_dir, num_classes=args.num_classes,
+                          new_head=args.new_head, export=args.export, image_size=args.image_size,
+                          crop_fraction=args.crop_fraction, interpolation=args.interpolation, mean=args.mean,
+                          std=args.std)
     except ValueError as error:
         sys.exit(f"tfcnn.convert: error: {error}")
     print(f"tfcnn.convert: {summary['model']} <- {summary['source']}: {summary['loaded_tensors']} tensors loaded"
@@ -105,6 +123,8 @@ def main(argv=None):
           + f"\n  data config: {summary['data_config']} ({summary['data_config_origin']})"
           + f"\n  evaluate: python -m tfcnn.evaluate --data_dir DIR --checkpoint {args.output_dir}")
 
+
+callable_module(__name__, convert)
 
 if __name__ == "__main__":
     main()

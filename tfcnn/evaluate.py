@@ -1,9 +1,12 @@
-"""Top-1 / top-5 over the whole validation split, every record exactly once.
+"""Top-1 / top-5 over a whole validation set, every image exactly once.
 
     python -m tfcnn.evaluate --data_dir DIR (--checkpoint PATH | --log_dir DIR | --saved_model DIR |
-        --model NAME --weights FILE) [--batch_size 256] [--precision fp32|fp16|bf16] [--output FILE]
+        --model NAME --weights FILE_OR_NAME) [--batch_size 256] [--precision fp32|fp16|bf16] [--output FILE]
         [--data_backend tf|dali_cpu|dali_gpu]
     horovodrun -np 8 python -m tfcnn.evaluate ...    (ranks split the records; counts are summed)
+
+    result = tfcnn.evaluate("runs/rn50", data_dir=DIR)         # or a checkpoint, SavedModel, zoo model
+    result = tfcnn.evaluate(model, data=(x_val, y_val))        # data in memory; result.top1, result.count
 
 The weights say how to feed them: a tfcnn checkpoint (a path, the latest in --log_dir, or a
 `python -m tfcnn.convert` output) records its model, class count, builder options and data config
@@ -15,101 +18,120 @@ torchvision file (--weights) brings timm's config.json or torchvision's known tr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import os
 import sys
 
 import tensorflow as tf
 
+from tfcnn import callable_module, sources
 from tfcnn.metrics import accuracy, count_correct
 from tfcnn.options import DATA_BACKENDS, PRECISIONS, add_feed_flags, add_weight_sources, check_feed_flags
-from tfcnn.precision import COMPUTE_DTYPES, set_policy, startup_notes
+from tfcnn.precision import set_policy, startup_notes
 
 
-def load_predictor(args, log=print):
-    """(uint8 0-255 images -> logits, run description). Normalization included (a SavedModel has it inside)."""
+@dataclasses.dataclass
+class EvalResult:
+    """Top-1 / top-5 of a model over a whole validation set, every image counted once over all ranks."""
+    model: str
+    count: int
+    top1: float
+    top5: float
+    top1_correct: int
+    top5_correct: int
+    num_classes: int
+    image_size: int
+    ranks: int
+    weights: str  # the source evaluated
+    data_dir: str | None  # None for data in memory
+    data_config: dict
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def load_predictor(source, *, model: str | None = None, precision: str = "fp32", image_size: int | None = None,
+                   crop_fraction: float | None = None, interpolation: str | None = None,
+                   num_classes: int | None = None, log=print):
+    """(uint8 0-255 images -> logits, run description) of a source (tfcnn.sources). Normalization included
+    (a SavedModel has it inside). precision: the compute precision of a model built here."""
     from tfcnn import checkpoints
     from tfcnn.data.preprocessing import normalize_batch
-    from tfcnn.models import DataConfig, create_model, list_models
-    from tfcnn.models.weights import open_weights, tfcnn_checkpoint
+    from tfcnn.models import DataConfig
 
-    overrides = dict(input_size=args.image_size, crop_fraction=args.crop_fraction, interpolation=args.interpolation)
-    if args.saved_model:
-        info_path = os.path.join(args.saved_model, "tfcnn.json")
-        if not os.path.exists(info_path):
-            raise ValueError(f"--saved_model {args.saved_model} is not a tfcnn export (no tfcnn.json)")
-        with open(info_path) as f:
-            recorded = json.load(f)
-        if args.model and args.model != recorded["model"]:
-            raise ValueError(f"--saved_model {args.saved_model} holds {recorded['model']}, not --model {args.model}")
+    overrides = dict(input_size=image_size, crop_fraction=crop_fraction, interpolation=interpolation)
+    if sources.is_saved_model(source):
+        recorded = sources.saved_model_info(source)
+        if model and model != recorded["model"]:
+            raise ValueError(f"the SavedModel {source} holds {recorded['model']}, not model {model}")
+        if num_classes is not None and num_classes != recorded["num_classes"]:
+            raise ValueError(f"the SavedModel {source} has {recorded['num_classes']} classes, not {num_classes}")
         data = DataConfig.from_dict(recorded["data_config"]).replace(**overrides)
         if data.input_size != recorded["image_size"]:
-            raise ValueError(f"--image_size {data.input_size}: the SavedModel takes {recorded['image_size']} px")
-        loaded = tf.saved_model.load(args.saved_model)  # referenced by the closure: its variables must live
+            raise ValueError(f"image_size {data.input_size}: the SavedModel takes {recorded['image_size']} px")
+        loaded = tf.saved_model.load(source)  # referenced by the closure: its variables must live
         predict = lambda images: loaded.signatures["serving_default"](images=tf.cast(images, tf.float32))["logits"]
         return predict, {"model": recorded["model"], "num_classes": recorded["num_classes"], "data_config": data}
-    path = args.weights or (tfcnn_checkpoint(args.checkpoint) if args.checkpoint else _latest(args.log_dir))
-    model_name = args.model
-    if not args.weights:
-        record = checkpoints.describe(path)
-        where = f"--checkpoint {args.checkpoint}" if args.checkpoint else f"--log_dir {args.log_dir}"
-        if model_name and record.model and record.model != model_name:
-            raise ValueError(f"{where} holds a checkpoint of {record.model} ({os.path.basename(path)}), "
-                             f"not of --model {model_name}")
-        model_name = model_name or record.model
-    if model_name not in list_models():
-        raise ValueError(f"unknown --model {model_name!r} (the weights do not name one); valid models: "
-                         f"{', '.join(list_models())}")
-    source = open_weights(model_name, path)
-    data = source.data_config.replace(**overrides)
-    set_policy(args.precision)
-    model = create_model(model_name, num_classes=args.num_classes, input_shape=(data.input_size, data.input_size, 3),
-                         weights=source, log=log)
-    dtype = COMPUTE_DTYPES[args.precision]
-    predict = lambda images: model(normalize_batch(images, data.mean, data.std, dtype), training=False)
-    return predict, {"model": model_name, "num_classes": checkpoints.model_classes(model), "data_config": data}
+    if sources.in_memory_model(source) is None:
+        set_policy(precision)
+    network = sources.load_model(source, model=model, num_classes=num_classes, log=log, **{
+        "image_size": image_size, "crop_fraction": crop_fraction, "interpolation": interpolation})
+    data = network.data_config
+    if getattr(network, "includes_preprocessing", False):  # takes 0-255 pixels itself
+        predict = lambda images: network(images, training=False)
+    else:
+        dtype = network.compute_dtype
+        predict = lambda images: network(normalize_batch(images, data.mean, data.std, dtype), training=False)
+    return predict, {"model": network.name, "num_classes": checkpoints.model_classes(network), "data_config": data}
 
 
-def _latest(log_dir):
-    from tfcnn import checkpoints
-
-    path = checkpoints.latest_checkpoint(log_dir)
-    if not path:
-        raise ValueError(f"--log_dir {log_dir} holds no checkpoint (looked in {checkpoints.checkpoint_dir(log_dir)})")
-    return path
-
-
-def evaluate(args) -> dict:
-    """Every rank counts its share of the validation records; the counts are summed over ranks."""
+def evaluate(source, *, data_dir: str | None = None, data=None, model: str | None = None, batch_size: int = 256,
+             precision: str = "fp32", data_backend: str = "tf", image_size: int | None = None,
+             crop_fraction: float | None = None, interpolation: str | None = None, num_classes: int | None = None,
+             progress: bool = True, display_seconds: float = 30.0, log=print) -> EvalResult:
+    """Top-1 / top-5 of `source` (a path, zoo model or RunResult: tfcnn.sources) over data_dir's validation
+    records, or over `data` in memory ((x, y) arrays or a Dataset of (image, label), 0-255 RGB; images
+    already at the input size are taken as they are, others get the evaluation view). Every rank counts
+    its share; the counts are summed over ranks. precision: of a model built here (fp32, fp16, bf16).
+    progress: rank 0 prints its progress every display_seconds."""
     from tfcnn import distributed
-    from tfcnn.data import backends, pipeline
+    from tfcnn.data import backends, memory, pipeline
 
+    if (data_dir is None) == (data is None):
+        raise ValueError("evaluate needs data_dir (validation records) or data (in memory), one of them")
+    if precision not in PRECISIONS or precision == "fp64":
+        raise ValueError(f"precision must be one of fp32, fp16, bf16, received: {precision!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, received: {batch_size}")
     distributed.init()
     chief = distributed.is_chief()
-    log = print if chief else (lambda *_: None)
-    for note in startup_notes(args.precision):
+    log = log if chief else (lambda *_: None)
+    for note in startup_notes(precision):
         log(f"tfcnn.evaluate: {note}")
     # Before any weights load: a clear error when the shards (or their DALI indexes) are missing.
-    share = _rank_share(args.data_backend, args.data_dir, distributed.size(), distributed.rank())
-    predict, run = load_predictor(args, log)
-    data = run["data_config"]
-    dataset = backends.build_dataset(args.data_backend, args.data_dir, "validation", args.batch_size,
-                                     data.input_size, num_classes=run["num_classes"],
-                                     crop_fraction=data.crop_fraction, interpolation=data.interpolation,
-                                     num_shards=distributed.size(), shard_index=distributed.rank())
-    progress = None
-    if chief and not args.quiet:
+    share = _rank_share(data_backend, data_dir, distributed.size(), distributed.rank()) if data is None else None
+    predict, run = load_predictor(source, model=model, precision=precision, image_size=image_size,
+                                  crop_fraction=crop_fraction, interpolation=interpolation, num_classes=num_classes,
+                                  log=log)
+    view = run["data_config"]
+    options = dict(num_classes=run["num_classes"], crop_fraction=view.crop_fraction, interpolation=view.interpolation,
+                   num_shards=distributed.size(), shard_index=distributed.rank())
+    if data is None:
+        dataset = backends.build_dataset(data_backend, data_dir, "validation", batch_size, view.input_size, **options)
+    else:
+        dataset = memory.eval_batches(data, batch_size=batch_size, image_size=view.input_size, **options)
+    report = None
+    if chief and progress and share is not None:
         label = "images" if distributed.size() == 1 else "images (rank 0's share)"
-        progress = lambda counts, seconds: _print_progress(counts, seconds, share, label)
-    with pipeline.corrupt_records_named(args.data_dir, "validation", distributed.size(), distributed.rank()):
-        local = count_correct(predict, dataset, progress, args.display_seconds)
+        report = lambda counts, seconds: _print_progress(counts, seconds, share, label)
+    with pipeline.corrupt_records_named(data_dir, "validation", distributed.size(), distributed.rank()):
+        local = count_correct(predict, dataset, report, display_seconds)
     keys = ("count", "top1_correct", "top5_correct")
     summed = distributed.allreduce(tf.constant([local[k] for k in keys], tf.int64), average=False,
                                    name="tfcnn_eval_counts").numpy()
-    return {"model": run["model"], "image_size": data.input_size, "num_classes": run["num_classes"],
-            **accuracy(dict(zip(keys, (int(v) for v in summed)))), "ranks": distributed.size(),
-            "weights": args.saved_model or args.weights or args.checkpoint or args.log_dir,
-            "data_dir": args.data_dir, "data_config": data.to_dict()}
+    return EvalResult(model=run["model"], **accuracy(dict(zip(keys, (int(v) for v in summed)))),
+                      num_classes=run["num_classes"], image_size=view.input_size, ranks=distributed.size(),
+                      weights=sources.describe(source), data_dir=data_dir, data_config=view.to_dict())
 
 
 def _rank_share(backend, data_dir, num_shards, shard_index) -> int:
@@ -156,19 +178,26 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     try:
-        result = evaluate(args)
+        result = evaluate(args.saved_model or args.checkpoint or args.log_dir or args.weights, data_dir=args.data_dir,
+                          model=args.model, batch_size=args.batch_size, precision=args.precision,
+                          data_backend=args.data_backend, image_size=args.image_size,
+                          crop_fraction=args.crop_fraction, interpolation=args.interpolation,
+                          num_classes=args.num_classes, progress=not args.quiet,
+                          display_seconds=args.display_seconds)
     except (ValueError, RuntimeError) as error:
         sys.exit(f"tfcnn.evaluate: error: {error}")
     from tfcnn import distributed
 
     if distributed.is_chief():
         print(f"{'model':<22}{'images':>8}{'top-1':>9}{'top-5':>9}")
-        print(f"{result['model']:<22}{result['count']:>8}{100 * result['top1']:>8.2f}%{100 * result['top5']:>8.2f}%")
+        print(f"{result.model:<22}{result.count:>8}{100 * result.top1:>8.2f}%{100 * result.top5:>8.2f}%")
         if args.output:
             from tfcnn.fileio import atomic_write_text
 
-            atomic_write_text(args.output, json.dumps(result, indent=1) + "\n")
+            atomic_write_text(args.output, json.dumps(result.to_dict(), indent=1) + "\n")
 
+
+callable_module(__name__, evaluate)
 
 if __name__ == "__main__":
     main()

@@ -15,12 +15,17 @@ evaluation view, for --int8_target tensorrt (symmetric int8 activations, what Te
 (asymmetric uint8 activations, which ONNX Runtime's x86 kernels fuse). ONNX needs the onnx extra:
 pip install -e '.[onnx]' (or make install ONNX=1). --saved_model converts an existing tfcnn SavedModel
 export to ONNX. DIR appears only when complete.
+
+    tfcnn.export("runs/rn50", "exported/rn50")                   # a checkpoint, log dir, zoo model, RunResult
+    tfcnn.export(result, "exported/rn50_onnx", format="onnx")     # ONNX (pip install -e '.[onnx]')
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+from tfcnn import callable_module, sources
 from tfcnn.options import add_feed_flags, add_weight_sources, check_feed_flags
 
 FORMATS = ("saved_model", "onnx")
@@ -29,42 +34,41 @@ INT8_TARGETS = ("tensorrt", "cpu")
 DEFAULT_CALIBRATION_IMAGES = 300
 
 
-def load_model(args, log=print):
-    """The zoo model the source flags name, loaded and fed as its weights record (overridden by the flags)."""
-    from tfcnn import checkpoints
-    from tfcnn.models import create_model, list_models
-    from tfcnn.models.weights import open_weights, tfcnn_checkpoint
-
-    path = args.weights or args.checkpoint or args.log_dir
-    name = args.model
-    if not args.weights:  # a tfcnn checkpoint names its model
-        recorded = checkpoints.describe(tfcnn_checkpoint(path)).model
-        if name and recorded and recorded != name:
-            raise ValueError(f"{path} holds a checkpoint of {recorded}, not of --model {name}")
-        name = name or recorded
-    if name not in list_models():
-        raise ValueError(f"unknown --model {name!r} (the weights do not name one); valid models: "
-                         f"{', '.join(list_models())}")
-    source = open_weights(name, path)
-    data = source.data_config.replace(input_size=args.image_size, crop_fraction=args.crop_fraction,
-                                      interpolation=args.interpolation)
-    return create_model(name, num_classes=args.num_classes, input_shape=(data.input_size, data.input_size, 3),
-                        weights=source, data_config=data, log=log)
-
-
-def export(args, log=print) -> str:
-    """Writes the export the flags ask for; returns its directory."""
-    if args.format == "onnx":
+def export(source, output_dir: str, *, format: str = "saved_model", model: str | None = None,
+           data_dir: str | None = None, int8: bool = False, int8_target: str = INT8_TARGETS[0],
+           calibration_images: int = DEFAULT_CALIBRATION_IMAGES, image_size: int | None = None,
+           crop_fraction: float | None = None, interpolation: str | None = None, num_classes: int | None = None,
+           log=print) -> str:
+    """Writes the export of `source` (a path, zoo model or RunResult: tfcnn.sources; for format 'onnx' also a
+    tfcnn SavedModel export) to output_dir, which appears only when complete; returns its path.
+    format: saved_model or onnx. data_dir: the dataset whose labels.txt goes beside the export, and whose
+    train shards int8 calibrates on (calibration_images of them, for int8_target tensorrt or cpu)."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, received: {format!r}")
+    if int8 and format != "onnx":
+        raise ValueError(f"int8 quantizes the ONNX export: pass format='onnx' (received {format!r})")
+    if int8 and not data_dir:
+        raise ValueError("int8 needs data_dir (the train shards it calibrates on)")
+    if format == "onnx":
         from tfcnn import onnx_export
 
         onnx_export.require()  # before any weights are read
-    source = args.saved_model or load_model(args, log)
-    if args.format == "saved_model":
+    if sources.is_saved_model(source):
+        if format != "onnx":
+            raise ValueError(f"{source} is already a SavedModel: convert it with format 'onnx' (--format onnx)")
+        fixed = [name for name, value in (("model", model), ("image_size", image_size), ("crop_fraction", crop_fraction),
+                                          ("interpolation", interpolation), ("num_classes", num_classes)) if value]
+        if fixed:
+            raise ValueError(f"a SavedModel export takes no {', '.join(fixed)}: its tfcnn.json fixes them")
+        network = os.fspath(source)
+    else:
+        network = sources.load_model(source, model=model, image_size=image_size, crop_fraction=crop_fraction,
+                                     interpolation=interpolation, num_classes=num_classes, log=log)
+    if format == "saved_model":
         from tfcnn.training.export import export_saved_model
 
-        return export_saved_model(source, args.output_dir, args.data_dir)
-    return onnx_export.export_onnx(source, args.output_dir, args.data_dir,
-                                   args.calibration_images if args.int8 else 0, args.int8_target, log)
+        return export_saved_model(network, output_dir, data_dir)
+    return onnx_export.export_onnx(network, output_dir, data_dir, calibration_images if int8 else 0, int8_target, log)
 
 
 def parse_args(argv=None):
@@ -101,12 +105,20 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    source = args.saved_model or args.checkpoint or args.log_dir or args.weights
     try:
-        directory = export(args)
+        if args.saved_model and not sources.is_saved_model(args.saved_model):
+            raise ValueError(f"{args.saved_model} is not a tfcnn SavedModel export (no {sources.EXPORT_INFO_FILE})")
+        directory = export(source, args.output_dir, format=args.format, model=args.model, data_dir=args.data_dir,
+                           int8=args.int8, int8_target=args.int8_target, calibration_images=args.calibration_images,
+                           image_size=args.image_size, crop_fraction=args.crop_fraction,
+                           interpolation=args.interpolation, num_classes=args.num_classes)
     except (ImportError, ValueError, RuntimeError) as error:
         sys.exit(f"tfcnn.export: error: {error}")
     print(f"tfcnn.export: {args.format} export in {directory}")
 
+
+callable_module(__name__, export)
 
 if __name__ == "__main__":
     main()

@@ -110,7 +110,7 @@ def main():
         print("interrupted", flush=True)
         return
     with open(os.path.join(args.out_dir, f"summary{distributed.rank()}.json"), "w") as f:
-        json.dump(summary, f)
+        json.dump({k: v for k, v in summary.items() if k != "model"}, f)
     if "preempted" in summary:  # as examples/train.py
         exit_preempted(summary["config"]["stop_signals"])
 

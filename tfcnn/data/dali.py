@@ -233,7 +233,11 @@ def checked_labels(labels, num_classes):
 
 def train_view(encoded, boxes, image_size, view, decoder):
     """The view's random crop (crop_window), decoded fused, bilinear resize to image_size (antialiased when
-    the view says so), rounded to uint8, random horizontal flip. boxes: [xmin, ymin, xmax, ymax] in [0, 1]."""
+    the view says so), rounded to uint8, random horizontal flip. boxes: [xmin, ymin, xmax, ymax] in [0, 1].
+    The 'none' view: the whole image, resized, not flipped."""
+    if view.sampler == "none":
+        images = fn.decoders.image(encoded, device=decoder, output_type=types.RGB)
+        return fn.resize(images, size=[image_size, image_size], interp_type=types.INTERP_LINEAR, antialias=view.antialias)
     anchor, extent = crop_window(fn.peek_image_shape(encoded), boxes, view)
     images = fn.decoders.image_slice(encoded, anchor, extent, device=decoder, output_type=types.RGB, axis_names="HW")
     images = fn.resize(images, size=[image_size, image_size], interp_type=types.INTERP_LINEAR, antialias=view.antialias)

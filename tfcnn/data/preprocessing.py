@@ -23,7 +23,8 @@ class TrainView:
     flipped at random. The `--train_crop` presets (TRAIN_VIEWS) are instances; each element is one a
     recipe's source fixes.
 
-    sampler: "resized_crop" (torchvision's RandomResizedCrop: area uniform in `area` of the image's,
+    sampler: "none" (the whole image: data already prepared), "resized_crop" (torchvision's
+      RandomResizedCrop: area uniform in `area` of the image's,
       log-aspect uniform in `aspect`, `attempts` tries, else the centre crop of the nearest allowed
       aspect) or "distorted_box" (tf.image.sample_distorted_bounding_box: aspect uniform, height uniform
       between those of the smallest and largest area, covering >= min_object_covered of an object, the
@@ -33,6 +34,7 @@ class TrainView:
       plain bilinear interpolation. legacy_resize: TF1's resize_images (corner-aligned, without half-pixel
       centres, no antialiasing), its floats truncated to uint8 as NVIDIA's TF1 scripts cast them; else
       rounded. dct_method, fancy_upscaling: libjpeg's decoding (INTEGER_ACCURATE is PIL's, bit for bit).
+    flip: a random horizontal flip after the resize.
     """
     sampler: str
     area: tuple = (0.08, 1.0)
@@ -44,6 +46,7 @@ class TrainView:
     legacy_resize: bool = False
     dct_method: str = "INTEGER_FAST"
     fancy_upscaling: bool = True
+    flip: bool = True
 
 
 TRAIN_VIEWS = {
@@ -58,6 +61,8 @@ TRAIN_VIEWS = {
     # BILINEAR; tf.cast to uint8.
     "ngc": TrainView("distorted_box", area=(0.1, 1.0), aspect=(0.8, 1.25), attempts=100, use_boxes=False,
                      legacy_resize=True, fancy_upscaling=False),
+    # Data already prepared (e.g. in-memory arrays at the model's size): resized if they are not, nothing else.
+    "none": TrainView("none", flip=False),
 }
 
 
@@ -104,7 +109,13 @@ def resized_crop_window(height, width, uniforms, area=(0.08, 1.0), aspect=(3 / 4
 def random_crop_window(encoded, boxes, seed, view: TrainView = TRAIN_VIEWS["torchvision"]):
     """[offset_y, offset_x, height, width] of the view's random crop of a JPEG. boxes: float32 [N, 4]
     (ymin, xmin, ymax, xmax) in [0, 1], the objects of a distorted_box view that uses them."""
-    shape = tf.image.extract_jpeg_shape(encoded)
+    return crop_window(tf.image.extract_jpeg_shape(encoded), boxes, seed, view)
+
+
+def crop_window(shape, boxes, seed, view: TrainView):
+    """random_crop_window of an image of `shape` ([height, width, ...])."""
+    if view.sampler == "none":
+        return tf.stack([0, 0, shape[0], shape[1]])
     if view.sampler == "resized_crop":
         return resized_crop_window(shape[0], shape[1], tf.random.stateless_uniform([view.attempts, 4], seed),
                                    view.area, view.aspect)
@@ -127,8 +138,20 @@ def train_crop(encoded, boxes, seed, view: TrainView = TRAIN_VIEWS["torchvision"
 def train_image(encoded, boxes, seed, image_size, view: TrainView = TRAIN_VIEWS["torchvision"]):
     """train_crop resized to image_size x image_size, random horizontal flip. seed: int32/int64 [2].
     Returns uint8 [image_size, image_size, 3]."""
-    image = resize_to_uint8(train_crop(encoded, boxes, seed, view), image_size, view)
-    return tf.image.stateless_random_flip_left_right(image, seed=seed[::-1])
+    return _resized_and_flipped(train_crop(encoded, boxes, seed, view), seed, image_size, view)
+
+
+def decoded_train_image(image, seed, image_size, view: TrainView = TRAIN_VIEWS["torchvision"]):
+    """train_image of a decoded [H, W, 3] image (any dtype holding 0-255), its crop drawn as a JPEG's
+    of the same size would be (without objects: the whole image is the object)."""
+    window = crop_window(tf.shape(image), tf.zeros([0, 4], tf.float32), seed, view)
+    crop = tf.slice(image, tf.stack([window[0], window[1], 0]), tf.stack([window[2], window[3], 3]))
+    return _resized_and_flipped(crop, seed, image_size, view)
+
+
+def _resized_and_flipped(crop, seed, image_size, view):
+    image = resize_to_uint8(crop, image_size, view)
+    return tf.image.stateless_random_flip_left_right(image, seed=seed[::-1]) if view.flip else image
 
 
 def resize_to_uint8(image, image_size, view: TrainView = TRAIN_VIEWS["torchvision"]):
@@ -139,8 +162,12 @@ def resize_to_uint8(image, image_size, view: TrainView = TRAIN_VIEWS["torchvisio
         image = tf.compat.v1.image.resize_bilinear(image[None], [image_size, image_size], align_corners=False,
                                                    half_pixel_centers=False)[0]
         return tf.cast(image, tf.uint8)
-    image = tf.image.resize(image, [image_size, image_size], method="bilinear", antialias=view.antialias)
-    return tf.cast(tf.round(tf.clip_by_value(image, 0.0, 255.0)), tf.uint8)
+    return to_uint8(tf.image.resize(image, [image_size, image_size], method="bilinear", antialias=view.antialias))
+
+
+def to_uint8(image):
+    """Values on the 0-255 scale, rounded and clipped to uint8."""
+    return tf.cast(tf.round(tf.clip_by_value(tf.cast(image, tf.float32), 0.0, 255.0)), tf.uint8)
 
 
 # ScaleAndTranslate's kernels that, antialiased, are PIL's (and so torchvision's and timm's) filters.

@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from tfcnn.data.preprocessing import normalize_batch
+
 layers = tf.keras.layers
 
 
@@ -191,3 +193,28 @@ class DropPath(layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "rate": self.rate}
+
+
+@tf.keras.utils.register_keras_serializable(package="tfcnn")
+class PixelNormalization(layers.Layer):
+    """0-255 RGB pixels -> (pixels - mean) / std per channel (mean, std on the 0-255 scale), in the layer's
+    compute dtype: the first layer of a model built with create_model(..., include_preprocessing=True).
+
+    It is the trainer's own normalize_batch, so such a model computes exactly what the trainer feeds the
+    network: in float32 (float64 under a float64 policy), then cast to the compute dtype. Keras' autocast
+    is off because it would cast float inputs to float16 before the subtraction under mixed_float16. The
+    constants are config, not weights: the layer adds nothing to weight lists or checkpoints."""
+
+    def __init__(self, mean, std, **kwargs):
+        super().__init__(**{**kwargs, "autocast": False})
+        self.mean = tuple(float(v) for v in mean)
+        self.std = tuple(float(v) for v in std)
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            raise ValueError(f"mean and std must be 3 numbers (std > 0) on the 0-255 scale, received: "
+                             f"{mean!r}, {std!r}")
+
+    def call(self, images):
+        return normalize_batch(images, self.mean, self.std, self.compute_dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "mean": self.mean, "std": self.std}

@@ -2,8 +2,10 @@
 
 Variants are data: each registered name is one family builder plus the keyword arguments that
 define the variant (depths, groups, SE). `build_model` adds the user's overrides, which may tune a
-model (e.g. `dropout_rate`) but never redefine the architecture a name stands for. The registry is the
-bottom of the zoo: weights.py reads it, factory.py's create_model (builds and loads) reads both.
+model (e.g. `dropout_rate`) but never redefine the architecture a name stands for. Every model it builds
+is a ZooModel: the builder's functional graph, which says whether it takes 0-255 pixels and warns once
+when a model that expects normalized input is called on them. The registry is the bottom of the zoo:
+weights.py reads it, factory.py's create_model (builds and loads) reads both.
 """
 from __future__ import annotations
 
@@ -11,9 +13,15 @@ import contextlib
 import dataclasses
 import fnmatch
 import inspect
+import os
+import sys
+import warnings
 from typing import Callable
 
+import numpy as np
 import tensorflow as tf
+
+from tfcnn.models.layers import PixelNormalization
 
 
 INTERPOLATIONS = ("bilinear", "bicubic")
@@ -165,7 +173,9 @@ def build_model(name: str, num_classes: int, input_shape, options: dict) -> tf.k
         if key not in allowed:
             raise ValueError(f"unknown override for model {name!r}: {key!r}; valid overrides: {', '.join(allowed)}")
     input_shape = check_input_shape(entry.info, input_shape)
-    return entry.builder(**entry.arch, num_classes=num_classes, input_shape=input_shape, name=name, **options)
+    model = entry.builder(**entry.arch, num_classes=num_classes, input_shape=input_shape, name=name, **options)
+    # The builder's graph as a ZooModel: the same layers and tensors, so the same weights and checkpoints.
+    return ZooModel(model.inputs, model.outputs, name=model.name) if model.outputs else model
 
 
 def check_input_shape(info: ModelInfo, input_shape) -> tuple[int, int, int]:
@@ -179,3 +189,89 @@ def check_input_shape(info: ModelInfo, input_shape) -> tuple[int, int, int]:
             f"input_shape {tuple(input_shape)!r} is too small for {info.name}: height and width must be "
             f">= {info.min_size} and channels >= 1")
     return (height, width, channels)
+
+
+class InputRangeWarning(UserWarning):
+    """A zoo model that expects normalized input was called on values far outside that range: most likely
+    0-255 pixels, on which it returns confident but wrong classes."""
+
+
+# Normalized ImageNet pixels stay within about +-2.7 ((0 - 124) / 59 to (255 - 104) / 57); 0-255 pixels of any
+# real image go far beyond. A model whose normalization leaves pixels large (std near 1) expects large values:
+# then the limit is twice the largest value a 0-255 pixel normalizes to.
+INPUT_RANGE_LIMIT = 10.0
+_FRAMEWORK_DIRS = tuple(os.path.dirname(path) for path in (tf.__file__, sys.modules[tf.keras.Model.__module__
+                                                                                     .split(".")[0]].__file__))
+
+
+@tf.keras.utils.register_keras_serializable(package="tfcnn")
+class ZooModel(tf.keras.Model):
+    """The class of every zoo model (build_model makes it): Keras' functional model of its builder's graph,
+    plus what tfcnn tells users about its input.
+
+    includes_preprocessing: whether it takes 0-255 pixels (a PixelNormalization layer right after the input,
+    create_model(..., include_preprocessing=True)) rather than pixels normalized with data_config's mean/std.
+
+    Without preprocessing, a call on values far outside the normalized range warns once per model
+    (InputRangeWarning), naming the fix: `model(x)` with a NumPy array or an eager tensor, and
+    `model.predict` / `predict_on_batch` on a NumPy array or eager tensor. Only values Python holds are
+    checked: inside a tf.function (the trainer's step, predict's own loop, an export's trace) the check is
+    skipped, so training pays nothing and no traced graph gains an op.
+    """
+
+    @property
+    def preprocessing_layer(self) -> PixelNormalization | None:
+        return next((layer for layer in self.layers if isinstance(layer, PixelNormalization)), None)
+
+    @property
+    def includes_preprocessing(self) -> bool:
+        return self.preprocessing_layer is not None
+
+    def __call__(self, *args, **kwargs):
+        self._check_input_range(args[0] if args else kwargs.get("inputs"))
+        return super().__call__(*args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        self._check_input_range(x)
+        return super().predict(x, *args, **kwargs)
+
+    def predict_on_batch(self, x):
+        self._check_input_range(x)
+        return super().predict_on_batch(x)
+
+    def _check_input_range(self, x) -> None:
+        if getattr(self, "_input_range_warned", False) or not tf.executing_eagerly():
+            return
+        if self.includes_preprocessing:
+            self._input_range_warned = True  # 0-255 is what it takes: never check again
+            return
+        if isinstance(x, np.ndarray) and x.size and np.issubdtype(x.dtype, np.number):
+            peak = max(float(x.max()), -float(x.min()))  # no temporary copy of a large array
+        elif isinstance(x, tf.Tensor) and (x.dtype.is_floating or x.dtype.is_integer) and x.shape.num_elements():
+            peak = float(tf.reduce_max(tf.abs(tf.cast(x, tf.float32))))  # eager: the only tf.Tensor here
+        else:
+            return  # symbolic inputs (Keras' functional API), datasets, generators: no values to check
+        data = getattr(self, "data_config", None) or (_REGISTRY[self.name].info.data_config
+                                                      if self.name in _REGISTRY else None)
+        bound = max(max(abs(m), abs(255 - m)) / s for m, s in zip(data.mean, data.std)) if data else 0.0
+        if peak <= max(INPUT_RANGE_LIMIT, 2 * bound):
+            return
+        self._input_range_warned = True
+        warnings.warn(
+            f"tfcnn: {self.name} was called on values up to {peak:.4g} in magnitude, but it expects pixels "
+            f"normalized with model.data_config's mean and std (0-255 pixels normalize to within "
+            f"+-{bound:.3g}): fed 0-255 pixels it returns confident but wrong classes. Build it with "
+            f"tfcnn.models.create_model({self.name!r}, ..., include_preprocessing=True) to feed 0-255 pixels, "
+            f"or feed (pixels - model.data_config.mean) / model.data_config.std "
+            f"(tfcnn.data.preprocessing.normalize_batch). Warned once per model.",
+            InputRangeWarning, stacklevel=_caller_stacklevel())
+
+
+def _caller_stacklevel() -> int:
+    """warnings.warn's stacklevel for the first frame outside tfcnn.models, Keras and TensorFlow: the user's
+    line, where the warning should point (and by which Python's filter counts repeats)."""
+    frame, level = sys._getframe(2), 2  # above _check_input_range's caller
+    models_dir = os.path.dirname(__file__)
+    while frame is not None and frame.f_code.co_filename.startswith((models_dir, *_FRAMEWORK_DIRS)):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -1,5 +1,6 @@
 """Pretrained weights for the zoo: timm / torchvision state dicts and tfcnn checkpoints, loaded strictly.
 
+    model = create_model("resnet50", weights="imagenet")   # a published file by name: see pretrained.py
     model = create_model("resnet50", weights="resnet50-0676ba61.pth")   # or a timm model.safetensors
     model.data_config     # what those weights expect: input size, crop, mean/std, interpolation
     load_weights(model, "runs/rn50")   # a tfcnn checkpoint, log dir or `python -m tfcnn.convert` output
@@ -13,7 +14,9 @@ used, or a ValueError names the keys and shapes. `num_batches_tracked` is skippe
 classifier's tensors are loaded when the model has that head and otherwise skipped and said.
 
 Files are read without pickle: `.safetensors` through safetensors' numpy API, `.pth/.pt/.bin` through
-`torch.load(weights_only=True)` when torch is installed. Nothing is ever downloaded.
+`torch.load(weights_only=True)` when torch is installed. A weights *name* ("imagenet", "torchvision",
+"timm:<arch>.<tag>", "torchvision:<enum name>") stands for a published file, which tfcnn.models.pretrained
+downloads once into a verified cache (TFCNN_OFFLINE=1 forbids it); paths are never downloaded.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfcnn import checkpoints
+from tfcnn.models import pretrained
 from tfcnn.models.registry import DataConfig, build_model, model_info, weight_map_of, without_initializers
 from tfcnn.options import IMAGENET_MEAN, IMAGENET_STD  # noqa: F401 (the zoo's families import them from here)
 
@@ -109,8 +113,11 @@ class Source:
 
 def open_weights(name: str, path: str) -> Source:
     """Reads `path` for the registered model `name`: a reference state dict file, or a tfcnn checkpoint
-    prefix, log dir or convert output (a directory holding checkpoints/)."""
+    prefix, log dir or convert output (a directory holding checkpoints/), or a published weights name
+    (pretrained.is_weights_name), which resolves to its cached file, downloaded if absent."""
     weight_map, default_data = weight_map_of(name), model_info(name).data_config
+    if pretrained.is_weights_name(path):
+        path = pretrained.weights_file(name, path)
     if not isinstance(path, (str, os.PathLike)) or not os.path.exists(path) and not checkpoints.is_checkpoint(str(path)):
         raise ValueError(f"weights {path!r}: no such file or directory")
     path = str(path)

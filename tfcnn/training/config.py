@@ -76,7 +76,8 @@ class TrainConfig:
                                               "bn_epsilon=1e-4 (python -m tfcnn.models NAME lists a model's)")
     train_crop: str = option("torchvision", "training view: torchvision (RandomResizedCrop, antialiased resize: "
                                             "NVIDIA's PyTorch ConvNets), inception (sample_distorted_bounding_box on "
-                                            "the records' boxes) or ngc (NGC's scripts)")
+                                            "the records' boxes), ngc (NGC's scripts) or none (the whole image, resized "
+                                            "if it is not the training size, not flipped: data already prepared)")
     mean: tuple | None = option(None, "normalization mean per RGB channel, 0-255 (default: the model's)")
     std: tuple | None = option(None, "normalization std per RGB channel, 0-255 (default: the model's)")
     augment: str = option("none", "per-image training policy: none, randaugment:N,M (N ops of magnitude M, e.g. "

@@ -5,7 +5,8 @@ Signatures:
 - `classify_encoded(encoded)`: string [N] of encoded images (JPEG, PNG, BMP, GIF), resized and
   centre-cropped as in evaluation (the model's data config: crop, interpolation).
 Both return {"logits": float32 [N, C], "probabilities": float32 [N, C]}; normalization (the data
-config's mean and std) is inside, so callers need not know them. The exported graph is float32 whatever
+config's mean and std) is inside, so callers need not know them, and happens once, also for a model
+built with `include_preprocessing=True` (see serving_module). The exported graph is float32 whatever
 precision trained it (portable to CPUs). `labels.txt` and `tfcnn.json` (model, size, classes, data
 config, builder options) sit beside saved_model.pb. The directory appears only when complete.
 
@@ -24,8 +25,7 @@ import tensorflow as tf
 from tfcnn.data import preprocessing, records
 from tfcnn.fileio import replace_directory
 from tfcnn.models import DataConfig, create_model
-
-EXPORT_INFO_FILE = "tfcnn.json"
+from tfcnn.sources import EXPORT_INFO_FILE  # noqa: F401 (onnx_export's and the tests' name for it)
 IMAGES_INPUT = "images"
 OUTPUTS = ("logits", "probabilities")
 
@@ -65,8 +65,19 @@ class ServingModule(tf.Module):
 
 def serving_module(model: tf.keras.Model) -> ServingModule:
     """The serving module of a zoo model: its weights copied into a float32 twin built with the same
-    options (whatever precision trained it), fed as `model.data_config` says at the model's input size."""
+    options (whatever precision trained it), fed as `model.data_config` says at the model's input size.
+
+    The twin never includes preprocessing, and the module normalizes once: a model built with
+    include_preprocessing=True is exported as its network (its normalization layer holds no weights), so its
+    SavedModel and ONNX files are those of the same weights without it."""
     image_size = model.input_shape[1]
+    data = model.data_config.replace(input_size=image_size)
+    inside = getattr(model, "preprocessing_layer", None)
+    if inside is not None and (inside.mean, inside.std) != (data.mean, data.std):
+        raise ValueError(f"{model.name} normalizes its 0-255 input with mean {inside.mean} and std {inside.std}, "
+                         f"but its data_config says mean {data.mean} and std {data.std}: build it with "
+                         f"create_model(..., include_preprocessing=True, data_config=...) instead of changing "
+                         f"model.data_config")
     policy = tf.keras.mixed_precision.global_policy()
     tf.keras.mixed_precision.set_global_policy("float32")
     try:
@@ -75,7 +86,7 @@ def serving_module(model: tf.keras.Model) -> ServingModule:
     finally:
         tf.keras.mixed_precision.set_global_policy(policy)
     twin.set_weights(model.get_weights())
-    return ServingModule(twin, model.data_config.replace(input_size=image_size))
+    return ServingModule(twin, data)
 
 
 def export_info(module: ServingModule) -> dict:

@@ -11,6 +11,7 @@ import dataclasses
 import os
 
 from tfcnn import checkpoints, distributed
+from tfcnn.data import memory
 from tfcnn.fileio import atomic_write_text
 from tfcnn.precision import startup_notes
 from tfcnn.training.callbacks import METRICS_FILE
@@ -21,20 +22,31 @@ from tfcnn.training.stopping import StopRequest
 from tfcnn.training.trainer import build_trainer, fit_segment, predict
 
 
-def train(config: TrainConfig, callbacks=(), *, batches=None, epoch_images: int | None = None) -> dict:
+def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, batches=None,
+          epoch_images: int | None = None) -> dict:
     """Runs (or resumes) a training run; returns its summary. Every rank calls this.
 
     callbacks: extra Keras callbacks, run after tfcnn's own (logging, checkpoints) at every step; their
     `self.model` is the ClassifierTrainer, whose `.model` is the zoo model.
+    train_data, val_data: data in memory instead of the config's records (tfcnn.data.memory: (x, y) arrays
+    or a Dataset of (image, label)); each rank takes its share. val_data is evaluated after training, each
+    example once over all ranks. Not with --elastic.
     batches: this rank's training batches (a tf.data.Dataset of uint8 images [rank_batch, size, size, 3]
-    and int32 labels, from the run's first step on), used as they are instead of the config's data; then
-    epoch_images says how many images an epoch is. Not with --elastic.
+    and int32 labels, from the run's first step on), used as they are; then epoch_images says how many
+    images an epoch is. Not with --elastic.
     A run stopped by --stop_signals or --max_minutes returns with `preempted` (the step, the reason, the
     checkpoint written at that step) and without export or evaluation: it is not done.
+    The summary's `model` is the zoo model as trained (its raw weights: with --ema_decay the checkpoints
+    and the export hold their average).
     """
     distributed.init()
-    if batches is not None and (config.elastic or not epoch_images):
-        raise ValueError("training on given batches needs epoch_images (the images of an epoch) and no --elastic")
+    given = batches is not None or train_data is not None
+    if given and config.elastic:
+        raise ValueError("--elastic trains on --data_dir's records only, not on data given in memory")
+    if batches is not None and not epoch_images:
+        raise ValueError("training on given batches needs epoch_images (the images of an epoch)")
+    if train_data is not None:
+        epoch_images = memory.count(train_data)
     plan = make_plan(config, train_records=epoch_images)
     config = plan.config
     chief = distributed.is_chief()
@@ -48,18 +60,26 @@ def train(config: TrainConfig, callbacks=(), *, batches=None, epoch_images: int 
         os.makedirs(config.log_dir, exist_ok=True)
         atomic_write_text(os.path.join(config.log_dir, CONFIG_FILE), config.to_json())
     if chief:
-        _print_start(plan)
+        _print_start(plan, f"{epoch_images:,} examples in memory" if given else None)
     with StopRequest(config.stop_signals, config.max_minutes) as stop:
         if config.elastic:
             model, trainer, progress = train_elastic(plan, callbacks, stop=stop)
             chief = distributed.is_chief()  # rank 0 may be another process now
         else:
             model, optimizer, trainer, checkpoint, lr = build_trainer(plan, log)
+            if batches is not None:
+                batches = batches.skip(plan.start_step)
+            elif train_data is not None:
+                batches = memory.train_batches(
+                    train_data, batch_size=config.rank_batch, image_size=plan.image_size,
+                    num_classes=plan.num_classes, seed=config.seed + 1_000_003 * distributed.rank(),
+                    start_step=plan.start_images // plan.global_batch, num_shards=distributed.size(),
+                    shard_index=distributed.rank(), train_crop=config.train_crop, augment=config.augment)
             progress = fit_segment(trainer, checkpoint, plan, lambda step: lr(step - 1), callbacks=callbacks,
                                    stop=stop, dataset=batches)
     summary = {"config": dataclasses.asdict(config), "steps_per_epoch": plan.steps_per_epoch,
                "global_batch": plan.global_batch, "ranks": distributed.size(),
-               "data_config": plan.data_config.to_dict(), **progress}
+               "data_config": plan.data_config.to_dict(), "model": model, **progress}
     if "stopped" in progress:
         summary["preempted"] = summary.pop("stopped")
         if chief:
@@ -71,7 +91,9 @@ def train(config: TrainConfig, callbacks=(), *, batches=None, epoch_images: int 
             from tfcnn.training.export import export_saved_model
 
             summary["saved_model"] = export_saved_model(model, config.export_dir, config.data_dir)
-        if config.predict and chief:
+        if val_data is not None:  # every rank counts its share
+            summary["validation"] = predict(trainer, plan, val_data)
+        elif config.predict and chief:
             summary["validation"] = predict(trainer, plan)
     if chief:
         summary["checkpoints"] = checkpoints.checkpoint_dir(config.log_dir) if config.log_dir else None
@@ -79,9 +101,9 @@ def train(config: TrainConfig, callbacks=(), *, batches=None, epoch_images: int 
     return summary
 
 
-def _print_start(plan: Plan):
+def _print_start(plan: Plan, given_data: str | None):
     c = plan.config
-    data = c.data_dir or "synthetic data"
+    data = given_data or c.data_dir or "synthetic data"
     accumulated = f" x {c.grad_accum_steps} accumulated" if c.grad_accum_steps > 1 else ""
     print(f"tfcnn: training {c.model} ({plan.num_classes} classes, {plan.image_size} px) on {data}; "
           f"{distributed.size()} rank(s) x batch {c.batch_size}{accumulated} = global batch {plan.global_batch}; "

@@ -278,16 +278,13 @@ def fit_segment(trainer, checkpoint, plan: Plan, lr_at, before=(), after=(), cal
     position plan.start_images. Callbacks in order: `before`, progress, checkpoints, the stop agreement,
     `after`, `callbacks`. stop: a stopping.StopRequest; when the ranks agree to stop, the segment ends
     after that step, its checkpoint is written and every rank has waited for it. dataset: this rank's
-    (uint8 images, int32 labels) batches of rank_batch images for the whole run, from step 0 (a resumed
-    run skips the steps done), instead of the config's data (make_plan's train_records then says how many
-    images an epoch is).
+    (uint8 images, int32 labels) batches of rank_batch images from plan.start_step on, instead of the
+    config's data (make_plan's train_records then says how many images an epoch is).
     Returns the progress summary (start and total steps, final metrics, throughput; `stopped`: the step
     and the reason, when it stopped early)."""
     config = plan.config
     given = dataset is not None
-    if given:
-        dataset = dataset.skip(plan.start_step)
-    else:
+    if not given:
         dataset = backends.build_dataset(
             config.data_backend, config.data_dir, "train", config.rank_batch, plan.image_size,
             num_classes=plan.num_classes, num_shards=distributed.size(), shard_index=distributed.rank(),
@@ -311,7 +308,8 @@ def fit_segment(trainer, checkpoint, plan: Plan, lr_at, before=(), after=(), cal
                                         distributed.rank()):
         trainer.fit(dataset, epochs=1, steps_per_epoch=plan.total_steps - plan.start_step,
                     callbacks=own + list(after) + list(callbacks), verbose=0)
-    progress = {"start_step": plan.start_step, "total_steps": plan.total_steps, **logger.summary()}
+    progress = {"start_step": plan.start_step, "total_steps": plan.total_steps, "end_step": int(trainer.step.numpy()),
+                **logger.summary()}
     if agreement and agreement.stopped_at:
         step = agreement.stopped_at
         saved = checkpointer.save(step) if checkpointer else None
@@ -320,10 +318,23 @@ def fit_segment(trainer, checkpoint, plan: Plan, lr_at, before=(), after=(), cal
     return progress
 
 
-def predict(trainer: ClassifierTrainer, plan: Plan) -> dict:
-    """Top-1/top-5 of the trained model on the whole validation split, in this one process."""
-    data = plan.data_config
-    dataset = backends.build_dataset(plan.config.data_backend, plan.config.data_dir, "validation",
-                                     plan.config.batch_size, plan.image_size, num_classes=plan.num_classes,
-                                     crop_fraction=data.crop_fraction, interpolation=data.interpolation)
-    return accuracy(count_correct(lambda images: trainer(images, training=False), dataset))
+def predict(trainer: ClassifierTrainer, plan: Plan, data=None) -> dict:
+    """Top-1/top-5 of the trained model: on the whole validation split, in this one process; or on `data`
+    held in memory (tfcnn.data.memory), every rank counting its share, the counts summed over ranks."""
+    view = plan.data_config
+    options = dict(num_classes=plan.num_classes, crop_fraction=view.crop_fraction, interpolation=view.interpolation)
+    if data is None:
+        dataset = backends.build_dataset(plan.config.data_backend, plan.config.data_dir, "validation",
+                                         plan.config.batch_size, plan.image_size, **options)
+    else:
+        from tfcnn.data import memory
+
+        dataset = memory.eval_batches(data, batch_size=plan.config.batch_size, image_size=plan.image_size,
+                                      num_shards=distributed.size(), shard_index=distributed.rank(), **options)
+    counts = count_correct(lambda images: trainer(images, training=False), dataset)
+    if data is not None:
+        keys = ("count", "top1_correct", "top5_correct")
+        summed = distributed.allreduce(tf.constant([counts[k] for k in keys], tf.int64), average=False,
+                                       name="tfcnn_predict_counts").numpy()
+        counts = dict(zip(keys, (int(v) for v in summed)))
+    return accuracy(counts)

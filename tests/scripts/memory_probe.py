@@ -1,0 +1,64 @@
+"""tfcnn.train on data in memory, under a launcher: every rank trains on its share of the same arrays and
+writes OUT_DIR/rank{r}.json: its RunResult's fields, and the example ids its training stream took in one
+epoch (from the images of an id-coded array, through the pipeline tfcnn.train uses).
+
+    horovodrun --gloo -np 2 python tests/scripts/memory_probe.py OUT_DIR
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+
+def stripe_arrays(count: int, size: int = 32, seed: int = 0):
+    """(x uint8 [count, size, size, 3], y [count]): horizontal (0) or vertical (1) stripes of random phase,
+    period and colour, with noise: learnable by a small CNN in a few hundred images."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, count)
+    x = np.empty((count, size, size, 3), np.uint8)
+    grid = np.arange(size)
+    for i, label in enumerate(y):
+        period, phase = rng.integers(4, 9), rng.integers(0, 8)
+        on = ((grid + phase) % period) < period // 2
+        mask = on[:, None] if label == 0 else on[None, :]
+        colour, background = rng.integers(150, 256, 3), rng.integers(0, 100, 3)
+        image = np.where(np.broadcast_to(mask, (size, size))[..., None], colour, background)
+        x[i] = np.clip(image + rng.normal(0, 20, image.shape), 0, 255).astype(np.uint8)
+    return x, y
+
+
+def id_coded(count: int):
+    """Prepared 8 px images whose first pixel holds the example's id (count <= 65536), zero labels."""
+    x = np.zeros((count, 8, 8, 3), np.uint8)
+    x[:, 0, 0, 0], x[:, 0, 0, 1] = np.arange(count) % 256, np.arange(count) // 256
+    return x, np.zeros(count, np.int64)
+
+
+def epoch_ids(count: int, batch_size: int, num_shards: int, shard_index: int) -> list[int]:
+    from tfcnn.data import memory
+
+    batches = memory.train_batches(id_coded(count), batch_size=batch_size, image_size=8, num_classes=1, seed=3,
+                                   num_shards=num_shards, shard_index=shard_index, train_crop="none")
+    steps = len(range(shard_index, count, num_shards)) // batch_size
+    return [int(i) for images, _ in batches.take(steps)
+            for i in images[:, 0, 0, 0].numpy().astype(int) + 256 * images[:, 0, 0, 1].numpy().astype(int)]
+
+
+def main(out_dir):
+    import tfcnn
+    from tfcnn import distributed
+
+    result = tfcnn.train(model="resnet18", train_data=stripe_arrays(192, seed=1), val_data=stripe_arrays(50, seed=2),
+                         num_iter=2, batch_size=16, lr=1.0, warmup_epochs=0, train_crop="inception",
+                         model_options={"dropout_rate": 0.0}, display_every=4, seed=5,
+                         log_dir=os.path.join(out_dir, "run"))
+    record = {"status": result.status, "step": result.step, "total_steps": result.total_steps,
+              "validation": result.validation, "checkpoint": result.checkpoint,
+              "ids": epoch_ids(100, 4, distributed.size(), distributed.rank()), "ranks": distributed.size()}
+    with open(os.path.join(out_dir, f"rank{distributed.rank()}.json"), "w") as f:
+        json.dump(record, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,187 @@
+"""tfcnn from Python, as a notebook uses it: tfcnn.train / evaluate / export / convert with keyword arguments,
+data in memory, RunResult and EvalResult, the same under horovodrun, and `python -m tfcnn.train` installed."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfcnn
+from launchers import HOROVODRUN_GLOO
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
+sys.path.insert(0, SCRIPTS)
+from memory_probe import epoch_ids, id_coded, stripe_arrays  # noqa: E402
+
+QUICK = dict(batch_size=32, lr=1.0, warmup_epochs=0, train_crop="inception", display_every=8, seed=11)
+quiet = lambda *_: None  # noqa: E731
+
+
+def jpeg_of(image: np.ndarray, path) -> bytes:
+    from PIL import Image
+
+    Image.fromarray(image).save(path, quality=90)
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.mark.slow
+def test_a_notebook_trains_evaluates_exports_and_classifies_a_jpeg(tmp_path):
+    x, y = stripe_arrays(256, seed=1)
+    x_val, y_val = stripe_arrays(64, seed=2)
+    result = tfcnn.train(model="resnet18", train_data=(x, y), val_data=(x_val, y_val), num_iter=3,
+                         log_dir=str(tmp_path / "run"), **QUICK)
+    assert (result.status, result.step, result.total_steps) == ("complete", 24, 24)
+    assert result.model.input_shape == (None, 32, 32, 3) and result.model.output_shape == (None, 2)
+    assert result.checkpoint.endswith("ckpt-24") and result.validation["count"] == 64
+    assert result.validation["top1"] >= 0.9, result.validation  # the stripes are learnt
+
+    # the checkpoint and the model in memory evaluate alike, and as the trainer's own validation did
+    by_checkpoint = tfcnn.evaluate(result.checkpoint, data=(x_val, y_val), progress=False, log=quiet)
+    by_model = tfcnn.evaluate(result, data=(x_val, y_val), batch_size=7)
+    assert by_checkpoint.count == by_model.count == 64 and by_checkpoint.model == "resnet18"
+    assert by_checkpoint.top1_correct == by_model.top1_correct == result.validation["top1_correct"]
+
+    # the export classifies encoded JPEG bytes; a model built for raw pixels classifies the decoded JPEG
+    exported = tfcnn.export(result.log_dir, str(tmp_path / "export"), log=quiet)
+    loaded = tf.saved_model.load(exported)
+    raw = tfcnn.create_model("resnet18", weights=result.log_dir, include_preprocessing=True, log=quiet)
+    by_pixels, by_bytes = [], []
+    for i in range(8):
+        encoded = jpeg_of(x_val[i], tmp_path / f"{i}.jpg")
+        pixels = tf.io.decode_jpeg(encoded)[None]
+        logits = raw(pixels)  # normalization inside, as in the SavedModel's signature on the same pixels
+        served = loaded.signatures["serving_default"](images=tf.cast(pixels, tf.float32))["logits"]
+        np.testing.assert_allclose(logits.numpy(), served.numpy(), rtol=1e-4, atol=1e-4)
+        by_pixels.append(int(np.argmax(logits[0])))
+        # the encoded-image signature takes the evaluation view (resize, centre crop) of the file
+        by_bytes.append(int(np.argmax(loaded.signatures["classify_encoded"](encoded=tf.constant([encoded]))["logits"])))
+    assert by_pixels == by_bytes == list(y_val[:8]), (by_pixels, by_bytes, y_val[:8])
+
+
+def test_in_memory_training_under_horovodrun_gives_each_rank_a_disjoint_share(tmp_path):
+    done = subprocess.run(HOROVODRUN_GLOO + [sys.executable, os.path.join(SCRIPTS, "memory_probe.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for record in ranks:
+        # 192 images, global batch 32: 6 steps an epoch; every validation image counted once over both ranks
+        assert (record["status"], record["step"], record["total_steps"], record["ranks"]) == ("complete", 12, 12, 2)
+        assert record["validation"]["count"] == 50 and record["validation"] == ranks[0]["validation"]
+    assert ranks[0]["checkpoint"].endswith("ckpt-12")
+    first, second = (record["ids"] for record in ranks)
+    assert len(first) == len(second) == 48 and len(set(first)) == len(set(second)) == 48  # 12 batches of 4
+    assert not set(first) & set(second)
+    assert {i % 2 for i in first} == {0} and {i % 2 for i in second} == {1}  # x[rank::size]
+
+
+def test_one_rank_epoch_takes_every_example_once_reshuffled_per_epoch():
+    one = epoch_ids(100, 4, 1, 0)
+    assert len(one) == 100 and sorted(one) == list(range(100)) and one != sorted(one)
+    from tfcnn.data import memory
+
+    two_epochs = [int(i) for images, _ in memory.train_batches(id_coded(12), batch_size=4, image_size=8, num_classes=1,
+                                                                seed=3, train_crop="none").take(6)
+                  for i in images[:, 0, 0, 0].numpy()]
+    assert sorted(two_epochs[:12]) == sorted(two_epochs[12:]) == list(range(12)) and two_epochs[:12] != two_epochs[12:]
+    resumed = [int(i) for images, _ in memory.train_batches(id_coded(12), batch_size=4, image_size=8, num_classes=1,
+                                                             seed=3, train_crop="none", start_step=4).take(2)
+               for i in images[:, 0, 0, 0].numpy()]
+    assert resumed == two_epochs[16:]  # a run resumed at step 4 continues the same stream
+
+
+def test_resuming_in_memory_training_continues_bit_exactly(testnet, tmp_path):
+    x, y = stripe_arrays(64, seed=4)
+    # a constant rate: the first segment's schedule must not depend on its shorter length
+    options = dict(model="testnet", train_data=(x, y), batch_size=8, lr=0.5, warmup_epochs=0, display_every=4,
+                   seed=2, train_crop="inception", lr_schedule="constant")
+    whole = tfcnn.train(num_iter=2, log_dir=str(tmp_path / "whole"), **options)
+    half = tfcnn.train(num_iter=1, log_dir=str(tmp_path / "split"), **options)
+    resumed = tfcnn.train(num_iter=2, log_dir=str(tmp_path / "split"), **options)
+    assert (half.step, resumed.step, whole.step) == (8, 16, 16) and resumed.summary["start_step"] == 8
+    for a, b in zip(whole.model.weights, resumed.model.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
+    # the control: another seed's stream gives other weights, so the equality above is no accident
+    other = tfcnn.train(num_iter=2, log_dir=str(tmp_path / "other"), **{**options, "seed": 3})
+    assert any(not np.array_equal(a.numpy(), b.numpy()) for a, b in zip(whole.model.weights, other.model.weights))
+
+
+def test_a_callback_that_stops_the_run_gives_status_stopped(testnet):
+    class StopAtThree(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 2:
+                self.model.stop_training = True
+
+    x, y = stripe_arrays(64, seed=4)
+    result = tfcnn.train(model="testnet", train_data=(x, y), batch_size=8, num_iter=2, warmup_epochs=0,
+                         callbacks=[StopAtThree()])
+    assert (result.status, result.step, result.total_steps) == ("stopped", 3, 16)
+
+
+def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
+    sizes = [(40, 56), (64, 48), (33, 33)]
+    images = [tf.cast(tf.fill([h, w, 3], 200.0), tf.float32) for h, w in sizes]
+    dataset = tf.data.Dataset.from_generator(lambda: ((image, 1) for image in images * 8),
+                                             output_signature=(tf.TensorSpec([None, None, 3], tf.float32),
+                                                               tf.TensorSpec([], tf.int64)))
+    result = tfcnn.train(model="testnet", train_data=dataset, num_classes=2, image_size=32, batch_size=8, num_iter=1,
+                         warmup_epochs=0)
+    assert (result.status, result.step) == ("complete", 3)  # 24 examples counted by one pass: 3 steps
+    # augment=False: prepared images are taken as they are (no crop, no flip)
+    from tfcnn.data import memory
+
+    x, _ = id_coded(8)
+    prepared = tfcnn.train(model="testnet", train_data=(x, np.arange(8) % 2), batch_size=8, num_iter=1,
+                           warmup_epochs=0, augment=False)
+    config = prepared.summary["config"]
+    assert (config["train_crop"], config["augment"], config["image_size"], config["num_classes"]) == ("none", "none", 8, 2)
+    batch = next(iter(memory.train_batches((x, np.zeros(8, int)), batch_size=8, image_size=8, num_classes=1, seed=0,
+                                           train_crop="none")))[0].numpy()
+    assert sorted(map(bytes, batch)) == sorted(map(bytes, x))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), data_dir="/data"), "train_data and data_dir"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x[..., 0], y)), r"x must be \[count, height, width, 3\]"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y[:-1])), "y must be .* matching x's 16 images"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), num_classes=1, batch_size=8),
+     "label 1 .* num_classes 1"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), batch_size=32), "cannot fill one global batch"),
+    (lambda x, y: tfcnn.train(model="testnet", val_data=(x, y)), "val_data needs train_data"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=[x]), r"pass \(x, y\) arrays"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), bogus=1), "unknown training option 'bogus'"),
+    (lambda x, y: tfcnn.evaluate("/no/such/run", data=(x, y)), "/no/such/run: no such file or directory"),
+    (lambda x, y: tfcnn.evaluate("/no/such/run"), "needs data_dir .* or data"),
+    (lambda x, y: tfcnn.export("/tmp", "/tmp/x", format="tflite"), "format must be one of saved_model, onnx"),
+    (lambda x, y: tfcnn.convert("resnet5", "w.safetensors", "/tmp/x"), "unknown model 'resnet5'"),
+])
+def test_bad_calls_are_errors_naming_the_value(testnet, call, message):
+    x, y = stripe_arrays(16, size=16)
+    with pytest.raises(ValueError, match=message):
+        call(x, y)
+
+
+def test_python_m_tfcnn_train_works_outside_the_source_tree(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-m", "tfcnn.train", "--help"], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env=env)
+    assert done.returncode == 0 and "--recipe" in done.stdout and "python -m tfcnn.train" in done.stdout, done.stderr
+    for tool in ("tfcnn-train", "tfcnn-evaluate", "tfcnn-export", "tfcnn-convert"):
+        script = os.path.join(os.path.dirname(sys.executable), tool)
+        shown = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+        assert shown.returncode == 0 and "--" in shown.stdout, (tool, shown.stderr[-2000:])
+    located = subprocess.run([sys.executable, "-c", "import tfcnn, sys; print(tfcnn.__file__); "
+                              "print('tensorflow' in sys.modules)"], capture_output=True, text=True, cwd=tmp_path,
+                             env=env)
+    assert located.stdout.splitlines()[1] == "False"  # importing tfcnn loads no TensorFlow
+
+
+def test_the_tools_are_their_modules_and_callable():
+    import tfcnn.evaluate
+    import tfcnn.export
+
+    assert callable(tfcnn.evaluate) and tfcnn.evaluate.EvalResult and tfcnn.export.FORMATS
+    assert tfcnn.train.RunResult.__name__ == "RunResult" and callable(tfcnn.convert)

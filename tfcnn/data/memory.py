@@ -1,0 +1,132 @@
+"""Training and evaluation batches from data held in memory: `(x, y)` NumPy arrays or a tf.data.Dataset of
+(image, label) examples, for `tfcnn.train(train_data=..., val_data=...)` and `tfcnn.evaluate(data=...)`.
+
+Images are RGB, uint8 or float on the 0-255 scale, [height, width, 3] of any size (a Dataset's examples may
+differ in size); labels are 0-based integers. The batches are what the TFRecord pipeline yields (uint8
+[batch, size, size, 3], int32 [batch]), so the trainer and the evaluator never know where they came from.
+
+Each rank takes every size-th example from its rank on (arrays: x[rank::size]; a Dataset: its
+`shard(size, rank)`): the shares are disjoint and cover the data. Training mirrors the records' stream
+(tfcnn.data.pipeline): every epoch reshuffles the rank's share with the run's seed + the epoch, each example
+gets the training view's random crop and flip seeded by (epoch seed, position), and a run resumed at step k
+starts at the example an uninterrupted run reaches at step k. So a resumed run sees the same batches as an
+uninterrupted one when the data are the same arrays, or a Dataset that yields the same examples in the same
+order every time it is iterated; a Dataset that draws its own randomness resumes at the right position but
+not bit for bit. Evaluation takes each example exactly once over all ranks, without shuffling.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from tfcnn.data import augment as augment_ops
+from tfcnn.data import preprocessing
+from tfcnn.options import parse_policy
+
+AUTOTUNE = tf.data.AUTOTUNE
+# Every example of a rank's share fits the buffer for arrays (an exact shuffle, as the records' files are);
+# a Dataset is shuffled through a window of this many.
+SHUFFLE_BUFFER = 10_000
+
+
+def examples(data, what: str = "train_data", num_classes: int | None = None) -> tuple[tf.data.Dataset, int | None]:
+    """(a Dataset of (float32 [h, w, 3] image, int32 label), its size or None when unknown) from (x, y)
+    arrays or a Dataset of (image, label); a ValueError naming `what` and the problem otherwise (arrays'
+    labels are checked against num_classes here; a Dataset's, as its batches are made)."""
+    if isinstance(data, tf.data.Dataset):
+        spec = data.element_spec
+        if not (isinstance(spec, tuple) and len(spec) == 2):
+            raise ValueError(f"{what}: a Dataset of (image, label) pairs is needed, received elements {spec}")
+        image_spec, label_spec = spec
+        if image_spec.shape.rank == 4:  # batched: the batches are tfcnn's to make
+            data, image_spec = data.unbatch(), tf.TensorSpec(image_spec.shape[1:], image_spec.dtype)
+        if image_spec.shape.rank != 3 or image_spec.shape[-1] not in (3, None):
+            raise ValueError(f"{what}: images must be [height, width, 3] RGB, received shape {image_spec.shape}")
+        if not label_spec.dtype.is_integer:
+            raise ValueError(f"{what}: labels must be integers (0-based classes), received {label_spec.dtype.name}")
+        size = int(data.cardinality())
+        if size == tf.data.INFINITE_CARDINALITY:
+            raise ValueError(f"{what}: the Dataset is infinite; pass one epoch of it (tfcnn repeats it)")
+        return data.map(_as_example), size if size >= 0 else None
+    if not (isinstance(data, (tuple, list)) and len(data) == 2):
+        raise ValueError(f"{what}: pass (x, y) arrays or a tf.data.Dataset of (image, label), received "
+                         f"{type(data).__name__}")
+    x, y = np.asarray(data[0]), np.asarray(data[1])
+    if x.ndim != 4 or x.shape[-1] != 3:
+        raise ValueError(f"{what}: x must be [count, height, width, 3] RGB images, received shape {x.shape}")
+    if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
+        raise ValueError(f"{what}: x must hold numbers on the 0-255 scale, received dtype {x.dtype}")
+    if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer):
+        raise ValueError(f"{what}: y must be [count] integer labels matching x's {len(x)} images, received "
+                         f"shape {y.shape}, dtype {y.dtype}")
+    if len(x) and (y.min() < 0 or num_classes is not None and y.max() >= num_classes):
+        bad = int(y.min()) if y.min() < 0 else int(y.max())
+        raise ValueError(f"{what}: label {bad} is not a 0-based class below num_classes {num_classes}")
+    return tf.data.Dataset.from_tensor_slices((x, y)).map(_as_example), len(x)
+
+
+def _as_example(image, label):
+    return tf.cast(image, tf.float32), tf.cast(label, tf.int32)
+
+
+def count(data) -> int:
+    """How many examples `examples(data)` yields (one pass over a Dataset of unknown size)."""
+    return _size(examples(data)[0])
+
+
+def _size(dataset) -> int:
+    size = int(dataset.cardinality())
+    return size if size >= 0 else int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+
+
+def share(data, num_shards: int, shard_index: int, what: str, num_classes: int) -> tf.data.Dataset:
+    """This rank's examples: every num_shards-th from shard_index on."""
+    return examples(data, what, num_classes)[0].shard(num_shards, shard_index)
+
+
+def train_batches(data, *, batch_size: int, image_size: int, num_classes: int, seed: int, start_step: int = 0,
+                  num_shards: int = 1, shard_index: int = 0, train_crop="torchvision", augment="none"):
+    """Endless training batches of this rank's share from `start_step` on (see the module docstring)."""
+    view, policy = preprocessing.train_view(train_crop), parse_policy(augment)
+    mine = share(data, num_shards, shard_index, "train_data", num_classes)
+    per_epoch = _size(mine)
+    if per_epoch < batch_size:
+        raise ValueError(f"train_data: this rank's share ({per_epoch} examples of every {num_shards}th) cannot fill "
+                         f"one batch of {batch_size}: pass more data or a smaller batch_size")
+    start_epoch, offset = divmod(start_step * batch_size, per_epoch)
+
+    def epoch(e):
+        tf.compat.v1.get_default_graph().seed = None  # explicit seeds only (as tfcnn.data.pipeline's epochs)
+        epoch_seed = tf.cast(seed, tf.int64) + e
+        shuffled = mine.shuffle(min(per_epoch, SHUFFLE_BUFFER), seed=epoch_seed).enumerate()
+        return shuffled.map(lambda i, example: (tf.stack([epoch_seed, i]), example))
+
+    def transform(element_seed, example):
+        image, label = example
+        image = preprocessing.decoded_train_image(image, element_seed, image_size, view)
+        return augment_ops.apply_policy(image, policy, element_seed), _checked(label, num_classes)
+
+    stream = tf.data.Dataset.range(start_epoch, 2**62).flat_map(epoch).skip(offset)
+    return stream.map(transform, num_parallel_calls=AUTOTUNE).batch(batch_size, drop_remainder=True).prefetch(
+        AUTOTUNE)
+
+
+def eval_batches(data, *, batch_size: int, image_size: int, num_classes: int, crop_fraction: float,
+                 interpolation: str = "bilinear", num_shards: int = 1, shard_index: int = 0):
+    """One pass over this rank's share: images already image_size x image_size as they are (prepared data),
+    others the evaluation view (resize, centre crop) the records get."""
+    def transform(image, label):
+        shape = tf.shape(image)
+        prepared = tf.logical_and(tf.equal(shape[0], image_size), tf.equal(shape[1], image_size))
+        image = tf.cond(prepared, lambda: preprocessing.to_uint8(image),
+                        lambda: preprocessing.eval_view(image, image_size, crop_fraction, interpolation))
+        return tf.ensure_shape(image, [image_size, image_size, 3]), _checked(label, num_classes)
+
+    mine = share(data, num_shards, shard_index, "val_data", num_classes)
+    return mine.map(transform, num_parallel_calls=AUTOTUNE).batch(batch_size).prefetch(AUTOTUNE)
+
+
+def _checked(label, num_classes):
+    with tf.control_dependencies([tf.debugging.assert_less(
+            label, num_classes, message=f"a label of the data in memory is not below num_classes {num_classes}")]):
+        return tf.identity(label)

@@ -1,0 +1,101 @@
+"""What tfcnn.evaluate and tfcnn.export accept as the model to use, resolved in one place.
+
+A source is one of:
+- a zoo model (from tfcnn.create_model, or a RunResult's `.model`), or a RunResult (its model);
+- a path: a tfcnn SavedModel export (a directory with tfcnn.json), a tfcnn checkpoint prefix, a training
+  log directory or a `tfcnn.convert` output (their latest checkpoint; each records its model);
+- with `model=NAME`: also a timm / torchvision state dict file, or a published weights name such as
+  "imagenet" (tfcnn.models.weights.open_weights).
+The feed overrides (image_size, crop_fraction, interpolation) change how the weights' recorded data config
+feeds them; num_classes, their classifier's size.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+EXPORT_INFO_FILE = "tfcnn.json"  # what a tfcnn export records beside its model (tfcnn.training.export writes it)
+
+
+def is_saved_model(source) -> bool:
+    return isinstance(source, (str, os.PathLike)) and os.path.isfile(os.path.join(source, EXPORT_INFO_FILE))
+
+
+def saved_model_info(path) -> dict:
+    with open(os.path.join(path, EXPORT_INFO_FILE)) as f:
+        return json.load(f)
+
+
+def describe(source) -> str:
+    """The source, for results and messages: a path, or the model's name."""
+    model = in_memory_model(source)
+    return f"{model.name} (in memory)" if model is not None else os.fspath(source)
+
+
+def in_memory_model(source):
+    """The zoo model a source holds in memory (a Keras model or a RunResult's), else None."""
+    import tensorflow as tf
+
+    if isinstance(source, tf.keras.Model):
+        if getattr(source, "data_config", None) is None:
+            raise ValueError(f"model {source.name!r} is not a tfcnn zoo model (it has no data_config): build it "
+                             f"with tfcnn.create_model, or pass a checkpoint path")
+        return source
+    if hasattr(source, "status") and hasattr(source, "summary"):  # a RunResult
+        if source.model is None:
+            raise ValueError("this RunResult holds no model; pass its checkpoint (result.checkpoint) instead")
+        return in_memory_model(source.model)
+    return None
+
+
+def load_model(source, *, model: str | None = None, image_size: int | None = None, crop_fraction: float | None = None,
+               interpolation: str | None = None, num_classes: int | None = None, log=print):
+    """The zoo model `source` names (see the module docstring), with its data_config as the weights record
+    and the overrides change it. A SavedModel is not a source here (it is no Keras model)."""
+    from tfcnn import checkpoints
+    from tfcnn.models import create_model, list_models
+    from tfcnn.models.weights import open_weights, tfcnn_checkpoint
+
+    overrides = dict(input_size=image_size, crop_fraction=crop_fraction, interpolation=interpolation)
+    given = in_memory_model(source)
+    if given is not None:
+        changed = [k for k, v in {**overrides, "num_classes": num_classes, "model": model}.items() if v is not None]
+        if changed:
+            raise ValueError(f"a model in memory is used as it is: drop {', '.join(changed)} (or pass its "
+                             f"checkpoint path to change how it is fed)")
+        return given
+    if not isinstance(source, (str, os.PathLike)):
+        raise ValueError(f"source must be a model, a RunResult or a path, received {type(source).__name__}")
+    path, name = os.fspath(source), model
+    if name and name not in list_models():
+        raise ValueError(f"unknown model {name!r}; valid models: {', '.join(list_models())}")
+    if is_saved_model(path):
+        raise ValueError(f"{path} is a SavedModel export, not weights to build a model from")
+    if not name and not (os.path.exists(path) or checkpoints.is_checkpoint(path)):
+        raise ValueError(f"{path}: no such file or directory (a weights name or a timm / torchvision file needs "
+                         f"model=NAME, --model)")
+    if not _is_reference(path):  # a tfcnn checkpoint names its model
+        recorded = checkpoints.describe(tfcnn_checkpoint(path))
+        if name and recorded.model and recorded.model != name:
+            raise ValueError(f"{path} holds a checkpoint of {recorded.model} "
+                             f"({os.path.basename(tfcnn_checkpoint(path))}), not of model {name}")
+        name = name or recorded.model
+    elif not name:
+        raise ValueError(f"{path}: a state dict does not name its architecture: pass model=NAME (--model)")
+    if name not in list_models():
+        raise ValueError(f"{path} records model {name!r}, which this tfcnn does not have; valid models: "
+                         f"{', '.join(list_models())}")
+    weights = open_weights(name, path)
+    data = weights.data_config.replace(**overrides)
+    return create_model(name, num_classes=num_classes, input_shape=(data.input_size, data.input_size, 3),
+                        weights=weights, data_config=data, log=log)
+
+
+def _is_reference(path: str) -> bool:
+    """A timm / torchvision file or a published weights name, as opposed to a tfcnn checkpoint path."""
+    from tfcnn import checkpoints
+    from tfcnn.models.weights import REFERENCE_SUFFIXES
+
+    if path.endswith(REFERENCE_SUFFIXES) and os.path.isfile(path):
+        return True
+    return not (os.path.exists(path) or checkpoints.is_checkpoint(path))
