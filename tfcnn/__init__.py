@@ -20,7 +20,7 @@ import types
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 __version__ = "0.1.0"
-__all__ = ["convert", "create_model", "evaluate", "export", "list_models", "train"]
+__all__ = ["convert", "create_model", "evaluate", "export", "list_models", "model_info", "train"]
 
 _TOOLS = ("train", "evaluate", "export", "convert")  # modules callable as their function
 _MODELS = ("create_model", "list_models", "model_info")
