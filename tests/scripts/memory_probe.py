@@ -46,13 +46,16 @@ def epoch_ids(count: int, batch_size: int, num_shards: int, shard_index: int) ->
 
 
 def main(out_dir):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import testnet  # the trainer tests' small model: what is tested here is the data's path, not a network
+
     import tfcnn
     from tfcnn import distributed
 
-    result = tfcnn.train(model="resnet18", train_data=stripe_arrays(192, seed=1), val_data=stripe_arrays(50, seed=2),
+    testnet.register()
+    result = tfcnn.train(model="testnet", train_data=stripe_arrays(192, seed=1), val_data=stripe_arrays(50, seed=2),
                          num_iter=2, batch_size=16, lr=1.0, warmup_epochs=0, train_crop="inception",
-                         model_options={"dropout_rate": 0.0}, display_every=4, seed=5,
-                         log_dir=os.path.join(out_dir, "run"))
+                         display_every=4, seed=5, log_dir=os.path.join(out_dir, "run"))
     record = {"status": result.status, "step": result.step, "total_steps": result.total_steps,
               "validation": result.validation, "checkpoint": result.checkpoint,
               "ids": epoch_ids(100, 4, distributed.size(), distributed.rank()), "ranks": distributed.size()}
