@@ -110,3 +110,24 @@ def raw_tree(tmp_path_factory):
     (root / "val_labels.txt").write_text("\n".join(val_labels) + "\n")
     (root / "metadata.txt").write_text("n01\tred thing\nn02\tgreen thing\nn03\tblue thing\nn99\tunused\n")
     return root
+
+
+@pytest.fixture(scope="session")
+def imagenet_cache(tmp_path_factory):
+    """A weights cache (TFCNN_CACHE_DIR) holding resnet18's "imagenet" file as a download leaves it: generated
+    weights of its exact keys and shapes (tests/weightgen.py), beside the hub's config.json as recorded.
+    Read offline (TFCNN_OFFLINE=1), it stands for the published file without the network."""
+    import json
+
+    import weightgen
+    from tfcnn.models import pretrained
+
+    cache = tmp_path_factory.mktemp("weights-cache")
+    entry = pretrained.find("resnet18", "imagenet")
+    directory = cache / entry.directory
+    directory.mkdir(parents=True)
+    weightgen.write_safetensors(weightgen.fixture("resnet18"), directory / entry.file)
+    with open(os.path.join(os.path.dirname(__file__), "fixtures", "pretrained_keys.json")) as f:
+        cfg = json.load(f)["models"]["resnet18"]["files"][entry.name]["pretrained_cfg"]
+    (directory / "config.json").write_text(json.dumps({"architecture": "resnet18", "pretrained_cfg": cfg}))
+    return str(cache)

@@ -51,33 +51,15 @@ def runnable_blocks():
     return blocks
 
 
-@pytest.fixture(scope="module")
-def weights_cache(tmp_path_factory):
-    """A weights cache holding resnet18's "imagenet" file (generated weights of its exact keys and shapes,
-    with the hub's config.json), read offline: what the README's first example fetches, without the network."""
-    import weightgen
-    from tfcnn.models import pretrained
-
-    cache = tmp_path_factory.mktemp("weights-cache")
-    entry = pretrained.find("resnet18", "imagenet")
-    directory = cache / entry.directory
-    directory.mkdir(parents=True)
-    weightgen.write_safetensors(weightgen.fixture("resnet18"), directory / entry.file)
-    recorded = json.load(open(os.path.join(REPO, "tests", "fixtures", "pretrained_keys.json")))
-    cfg = recorded["models"]["resnet18"]["files"][entry.name]["pretrained_cfg"]
-    (directory / "config.json").write_text(json.dumps({"architecture": "resnet18", "pretrained_cfg": cfg}))
-    return str(cache)
-
-
 @pytest.mark.parametrize("name, line, code", runnable_blocks(), ids=lambda v: str(v)[:40])
-def test_marked_snippets_run(name, line, code, tmp_path, weights_cache):
+def test_marked_snippets_run(name, line, code, tmp_path, imagenet_cache):
     """A renamed function or flag breaks these, not the reader. They run as a reader would, in a fresh
     process (beside a photo.jpg, which the README's example reads, with published weights in the cache)."""
     from PIL import Image
 
     pixels = (np.random.default_rng(0).random((120, 160, 3)) * 255).astype(np.uint8)
     Image.fromarray(pixels).save(tmp_path / "photo.jpg")
-    env = {**os.environ, "PYTHONPATH": REPO, "TFCNN_CACHE_DIR": weights_cache, "TFCNN_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": REPO, "TFCNN_CACHE_DIR": imagenet_cache, "TFCNN_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env=env)
     assert done.returncode == 0, f"{name}:{line}: the snippet failed:\n{done.stderr[-3000:]}"

@@ -78,6 +78,16 @@ def test_in_memory_training_under_horovodrun_gives_each_rank_a_disjoint_share(tm
     assert {i % 2 for i in first} == {0} and {i % 2 for i in second} == {1}  # x[rank::size]
 
 
+def test_published_weights_by_name_are_a_source(imagenet_cache, monkeypatch):
+    monkeypatch.setenv("TFCNN_CACHE_DIR", imagenet_cache)
+    monkeypatch.setenv("TFCNN_OFFLINE", "1")
+    x, y = stripe_arrays(6, size=40)
+    scores = tfcnn.evaluate("imagenet", model="resnet18", data=(x, y), image_size=32, progress=False, log=quiet)
+    assert (scores.model, scores.weights, scores.count, scores.image_size) == ("resnet18", "imagenet", 6, 32)
+    with pytest.raises(ValueError, match="imagenet: no such file or directory .* needs model=NAME"):
+        tfcnn.evaluate("imagenet", data=(x, y))
+
+
 def test_one_rank_epoch_takes_every_example_once_reshuffled_per_epoch():
     one = epoch_ids(100, 4, 1, 0)
     assert len(one) == 100 and sorted(one) == list(range(100)) and one != sorted(one)

@@ -82,6 +82,8 @@ def load_model(source, *, model: str | None = None, image_size: int | None = Non
         name = name or recorded.model
     elif not name:
         raise ValueError(f"{path}: a state dict does not name its architecture: pass model=NAME (--model)")
+    if name is None:
+        raise ValueError(f"{path}: the checkpoint does not record its model: pass model=NAME (--model)")
     if name not in list_models():
         raise ValueError(f"{path} records model {name!r}, which this tfcnn does not have; valid models: "
                          f"{', '.join(list_models())}")
@@ -94,8 +96,9 @@ def load_model(source, *, model: str | None = None, image_size: int | None = Non
 def _is_reference(path: str) -> bool:
     """A timm / torchvision file or a published weights name, as opposed to a tfcnn checkpoint path."""
     from tfcnn import checkpoints
+    from tfcnn.models import pretrained
     from tfcnn.models.weights import REFERENCE_SUFFIXES
 
-    if path.endswith(REFERENCE_SUFFIXES) and os.path.isfile(path):
+    if pretrained.is_weights_name(path) or path.endswith(REFERENCE_SUFFIXES) and os.path.isfile(path):
         return True
     return not (os.path.exists(path) or checkpoints.is_checkpoint(path))
