@@ -161,6 +161,7 @@ bench: install
 	$(PY) bench/memory.py --output $(BENCH_RESULTS)/memory.json
 	$(PY) bench/stop_agreement.py --output $(BENCH_RESULTS)/stop_agreement.json
 	$(PY) bench/kernels.py --output $(BENCH_RESULTS)/kernels.json
+	$(PY) bench/roofline.py --output $(BENCH_RESULTS)/roofline.json
 
 clean:
 	rm -rf .venv .venv-tf2.15 build site *.egg-info .pytest_cache tests/.pytest_cache

@@ -34,6 +34,44 @@ def add_model_flag(p: argparse.ArgumentParser) -> None:
                    help="tfcnn's model, against Keras' application of it: " + ", ".join(sorted(KERAS_APPLICATIONS)))
 
 
+def model_step_rate(model_name: str, image_size: int, batch_size: int, mode: str, steps: int,
+                    policy: str = "float32") -> float:
+    """img/s of a bare step of a tfcnn model on one random batch: "train" (forward, gradients, SGD with
+    momentum) or "infer" (forward only), after one untimed step (tracing, kernel selection)."""
+    import tensorflow as tf
+
+    from tfcnn.models import create_model
+
+    tf.keras.mixed_precision.set_global_policy(policy)
+    tf.keras.utils.set_random_seed(0)
+    model = create_model(model_name, input_shape=(image_size, image_size, 3))
+    x = tf.random.uniform((batch_size, image_size, image_size, 3), -1, 1)
+    y = tf.random.uniform((batch_size,), 0, 1000, tf.int32)
+    optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.9)
+
+    @tf.function
+    def train():
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+
+    @tf.function
+    def infer():
+        return tf.reduce_sum(model(x, training=False))
+
+    step = {"train": train, "infer": infer}[mode]
+    float(step())
+    start = time.perf_counter()
+    for _ in range(steps):
+        value = step()
+    float(value)
+    rate = steps * batch_size / (time.perf_counter() - start)
+    tf.keras.backend.clear_session()
+    return rate
+
+
 def parser(doc: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", help="write the figures as JSON here")
@@ -72,4 +110,4 @@ def report(script: str, title: str, rows: list[dict], ratios: dict, output: str 
 
 
 def _fmt(value):
-    return f"{value:,.1f}" if isinstance(value, float) else str(value)
+    return f"{value:,.1f}" if isinstance(value, float) else "" if value is None else str(value)

@@ -13,7 +13,6 @@ AVX2"): on an AVX-512 machine, what an AVX2 CPU would get from it (Eigen's kerne
 compiled for either way); not with --bf16, which TensorFlow hands to oneDNN by the CPU's AVX512F flag. The
 ratio oneDNN / Eigen per case decides the kernel policy of tfcnn's venv (tfcnn-env.pth).
 """
-import json
 import os
 import subprocess
 import sys
@@ -39,49 +38,23 @@ CASES = [
 ]
 KERNELS = {"eigen": {"TF_ENABLE_ONEDNN_OPTS": "0"}, "onednn": {"TF_ENABLE_ONEDNN_OPTS": "1"}}
 
-WORKER = r"""
-import json, sys, time
-import tensorflow as tf
-from tfcnn.models import create_model
-model_name, size, batch, mode, steps, policy = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6]
-tf.keras.mixed_precision.set_global_policy(policy)
-tf.keras.utils.set_random_seed(0)
-model = create_model(model_name, input_shape=(size, size, 3))
-x = tf.random.uniform((batch, size, size, 3), -1, 1)
-y = tf.random.uniform((batch,), 0, 1000, tf.int32)
-optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.9)
-
-@tf.function
-def train():
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(y, model(x, training=True), from_logits=True))
-    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
-    return loss
-
-@tf.function
-def infer():
-    return tf.reduce_sum(model(x, training=False))
-
-step = train if mode == "train" else infer
-float(step())  # warmup: tracing, kernel selection
-start = time.perf_counter()
-for _ in range(steps):
-    value = step()
-float(value)
-print(json.dumps({"img_per_sec": steps * batch / (time.perf_counter() - start)}))
-"""
+# Each measurement in a fresh process: the kernel set is chosen when TensorFlow loads.
+WORKER = ("import sys; from common import model_step_rate; model, size, batch, mode, steps, policy = sys.argv[1:]; "
+          "print(model_step_rate(model, int(size), int(batch), mode, int(steps), policy))")
 
 
 def measure(case, kernel, isa, steps, policy):
     _, model, size, batch, mode = case
-    env = {**os.environ, **KERNELS[kernel], "TF_CPP_MIN_LOG_LEVEL": "2"}
+    bench_dir = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, **KERNELS[kernel], "TF_CPP_MIN_LOG_LEVEL": "2",
+           "PYTHONPATH": os.pathsep.join(filter(None, [bench_dir, os.environ.get("PYTHONPATH")]))}
     if isa and kernel == "onednn":
         env["ONEDNN_MAX_CPU_ISA"] = isa.upper()
     done = subprocess.run([sys.executable, "-c", WORKER, model, str(size), str(batch), mode, str(steps), policy],
                           capture_output=True, text=True, env=env, timeout=3600)
     if done.returncode != 0:
         refuse(SCRIPT, f"{case[0]} on {kernel}: {done.stderr.strip().splitlines()[-1] if done.stderr else 'failed'}")
-    return json.loads(done.stdout.strip().splitlines()[-1])["img_per_sec"]
+    return float(done.stdout.strip().splitlines()[-1])
 
 
 def main():

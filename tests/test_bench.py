@@ -21,13 +21,15 @@ TINY = {
     "memory.py": ["--model=mobilenet_v2", "--batch_size=2", "--image_size=48", "--steps=2", "--repeats=1"],
     "stop_agreement.py": ["--model=resnet18", "--image_size=64", "--batch_size=2", "--steps=6", "--warmup_steps=2",
                           "--repeats=1"],
+    "roofline.py": ["--model=resnet18", "--image_size=64", "--batch_size=2", "--steps=1", "--matmul_size=256",
+                    "--repeats=1"],
     "kernels.py": ["--cases=resnet18", "--batch_size=2", "--steps=1", "--repeats=1"],
     "onnx_inference.py": ["--model=resnet18", "--image_size=32", "--batch_sizes=1,2", "--rounds=1", "--calls=1"],
 }
 # The smoke runs that train a zoo model, at a size and batch where it can (see test_training_smoke_runs_...): the
 # sizes test_models trains each at, with its batch of 2 (the cheapest such runs: batch 8 at 32 px costs the same
 # pixels, and ResNet-18's 1x1 maps there are Eigen's slowest shape).
-TRAINING = ("memory.py", "stop_agreement.py", "train_step.py")
+TRAINING = ("memory.py", "roofline.py", "stop_agreement.py", "train_step.py")
 # Scripts of an optional extra: skipped, with the install command, where it is not installed.
 EXTRAS = {"onnx_inference.py": (("tf2onnx", "onnxruntime", "onnx"), "pip install -e '.[onnx]' (or make install ONNX=1)")}
 
