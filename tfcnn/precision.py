@@ -48,6 +48,15 @@ def has_gpu() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
 
 
+def cpu_kernels() -> str | None:
+    """"oneDNN's" or "Eigen's", as TF_ENABLE_ONEDNN_OPTS selects them; None where it is unset and
+    TensorFlow chooses by the CPU."""
+    chosen = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    if chosen is None:
+        return None
+    return "oneDNN's" if chosen.lower() in ("1", "true") else "Eigen's"
+
+
 def cpu_kernels_note() -> str:
     """Which CPU kernels TensorFlow runs and who chose: tfcnn's venv turns oneDNN's on unless the user set
     TF_ENABLE_ONEDNN_OPTS (TensorFlow's own default is oneDNN only on AVX-512-class CPUs, Eigen elsewhere)."""
@@ -57,8 +66,7 @@ def cpu_kernels_note() -> str:
                 "TF_ENABLE_ONEDNN_OPTS=0 selects Eigen's")
     if chosen is None:
         return "CPU kernels: TensorFlow's choice (oneDNN's on AVX-512-class CPUs, Eigen's on others)"
-    kind = "oneDNN's" if chosen.lower() in ("1", "true") else "Eigen's"
-    return f"CPU kernels: {kind} (TF_ENABLE_ONEDNN_OPTS={chosen}, set in the environment)"
+    return f"CPU kernels: {cpu_kernels()} (TF_ENABLE_ONEDNN_OPTS={chosen}, set in the environment)"
 
 
 def hardware_notes(precision: str = "fp32", use_xla: bool = False) -> list[str]:
