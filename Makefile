@@ -71,6 +71,11 @@ PYTEST_ARGS ?= --durations=15
 # Test processes: most tests are single-threaded Python (model building, process start-up), so two
 # workers per machine roughly halve the suite's time; more than 4 would mostly add memory.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 2 ? 2 : n > 4 ? 4 : n )))
+# Each worker's TensorFlow takes its share of the cores, as tfcnn.distributed gives each local rank: workers
+# that each size their thread pools to the whole machine oversubscribe it (measured on 2 cores, 2 workers:
+# the training and recipe tests 8% slower, the family training 5%). A user's own TF_NUM_* settings win.
+TEST_THREADS := $(shell n=$$(nproc 2>/dev/null || echo 2); t=$$(( n / $(TEST_WORKERS) )); echo $$(( t < 1 ? 1 : t )))
+TEST_INTEROP_THREADS := $(shell echo $$(( $(TEST_THREADS) < 2 ? $(TEST_THREADS) : 2 )))
 # An MPI compiler wrapper that runs (not merely one on the PATH) decides whether Horovod gets MPI.
 HAS_MPI := $(shell mpicxx --version >/dev/null 2>&1 && echo 1 || echo 0)
 # An NVIDIA GPU decides between tensorflow-cpu and tensorflow[and-cuda] (with NCCL in Horovod).
@@ -133,7 +138,8 @@ $(VENV)/.tfcnn-dali: $(STAMP) patches/install_dali.sh
 	@touch $@
 
 test: install
-	$(VENV)/bin/python -m pytest $(TESTS) -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	TF_NUM_INTRAOP_THREADS=$${TF_NUM_INTRAOP_THREADS:-$(TEST_THREADS)} TF_NUM_INTEROP_THREADS=$${TF_NUM_INTEROP_THREADS:-$(TEST_INTEROP_THREADS)} \
+	  $(VENV)/bin/python -m pytest $(TESTS) -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The install is timed for the demo's closing table of stage times.
 demo:
