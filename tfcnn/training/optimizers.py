@@ -93,12 +93,15 @@ class MomentumSGD(tf.keras.optimizers.Optimizer):
         self._velocities = [self.add_variable_from_reference(v, "v") for v in var_list]
 
     def update_step(self, gradient, variable):
+        # TF1's own fused kernel for this rule (tf.compat.v1.train.MomentumOptimizer's, which NVIDIA's TF
+        # scripts ran): one op per variable instead of six, measured 0.55-0.65x the update's time on
+        # Inception-ResNet-v2's 694 variables (2-core CPU), and fewer ops to trace and optimize.
         dtype = variable.dtype
-        gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)
         velocity = self._velocities[self._index_dict[self._var_key(variable)]]
-        momentum, lr = tf.cast(self.momentum, dtype), tf.cast(self.learning_rate, dtype)
-        velocity.assign(momentum * velocity + gradient)
-        variable.assign_sub(lr * (gradient + momentum * velocity if self.nesterov else velocity))
+        tf.raw_ops.ResourceApplyMomentum(
+            var=variable.handle, accum=velocity.handle, lr=tf.cast(self.learning_rate, dtype),
+            grad=tf.cast(tf.convert_to_tensor(gradient), dtype), momentum=tf.cast(self.momentum, dtype),
+            use_nesterov=self.nesterov)
 
     def get_config(self):
         config = super().get_config()
