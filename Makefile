@@ -138,7 +138,8 @@ $(VENV)/.tfcnn-dali: $(STAMP) patches/install_dali.sh
 	@touch $@
 
 test: install
-	TF_NUM_INTRAOP_THREADS=$${TF_NUM_INTRAOP_THREADS:-$(TEST_THREADS)} TF_NUM_INTEROP_THREADS=$${TF_NUM_INTEROP_THREADS:-$(TEST_INTEROP_THREADS)} \
+	TF_NUM_INTRAOP_THREADS=$${TF_NUM_INTRAOP_THREADS:-$(TEST_THREADS)} \
+	  TF_NUM_INTEROP_THREADS=$${TF_NUM_INTEROP_THREADS:-$(TEST_INTEROP_THREADS)} \
 	  $(VENV)/bin/python -m pytest $(TESTS) -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The install is timed for the demo's closing table of stage times.
