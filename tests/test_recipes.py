@@ -107,7 +107,8 @@ def run_recipe(family, monkeypatch, precision="fp64", steps=None, until_a_loss_d
                          lr=setup["peak_lr"] * 256 / setup["batch"], weight_decay=setup["weight_decay"],
                          init_weights=path, seed=1, display_every=1, benchmark_warmup_steps=0,
                          checkpoint_every=0, stop_signals="none", **{**setup["overrides"], **flips})
-    losses, reference_losses = [], expected_updates(family)[0] if until_a_loss_differs else None
+    losses = []
+    reference_losses = expected_updates(family)[0] if until_a_loss_differs else None
 
     def step_end(batch, logs):
         losses.append(float(logs["loss"]))
@@ -168,7 +169,8 @@ def disagreement(family, result, early=False):
     expected_losses, expected = expected_updates(family, early)
     starts = initial_values(family)
     assert 0 < len(losses) <= len(expected_losses) and set(updates) == set(expected)
-    loss_error = float(np.max(np.abs(losses - expected_losses[:len(losses)]) / np.abs(expected_losses[:len(losses)])))
+    reference = expected_losses[:len(losses)]
+    loss_error = float(np.max(np.abs(losses - reference) / np.abs(reference)))
     if len(losses) < len(expected_losses):  # run_recipe(until_a_loss_differs=True) stopped where a loss differed
         return loss_error, math.inf, f"none compared: the run stopped after step {len(losses)}"
     errors = {name: float(np.linalg.norm(updates[name] - value) /
