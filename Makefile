@@ -52,7 +52,6 @@ WRONG_PYTHON := tfcnn: TensorFlow $(TF) has no wheels for Python $(PY_VERSION) (
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 STAMP := $(VENV)/.tfcnn-installed
-LANE_ID := TensorFlow $(TF_VERSION), Python $(PY_VERSION)
 HOROVOD_VERSION := 0.28.1
 # horovodrun's default grace for its workers to stop: the step under way and the checkpoint. Measured on a
 # 2-core AVX2-class run (Eigen kernels): a training step of the zoo's largest model at the default batch
@@ -78,30 +77,41 @@ TEST_THREADS := $(shell n=$$(nproc 2>/dev/null || echo 2); t=$$(( n / $(TEST_WOR
 TEST_INTEROP_THREADS := $(shell echo $$(( $(TEST_THREADS) < 2 ? $(TEST_THREADS) : 2 )))
 # An MPI compiler wrapper that runs (not merely one on the PATH) decides whether Horovod gets MPI.
 HAS_MPI := $(shell mpicxx --version >/dev/null 2>&1 && echo 1 || echo 0)
-# An NVIDIA GPU decides between tensorflow-cpu and tensorflow[and-cuda] (with NCCL in Horovod).
+# An NVIDIA GPU decides between tensorflow-cpu and tensorflow[and-cuda]; HAS_GPU=1 forces the GPU stack (a
+# Docker build, a build node). With it, Horovod gets its GPU operations (NCCL), compiled by a CUDA 12 toolkit
+# (CUDA_HOME, /usr/local/cuda or nvcc on the PATH: patches/find_cuda.sh); NCCL=0 builds Horovod without them
+# (GPU tensors then reduced through host memory) where no CUDA 12 toolkit is at hand.
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
-# The built Horovod wheel fits only what it was built against: one cache directory per kind of build (the
-# patches' diff lines count, their '#' header lines do not).
-HOROVOD_CACHE := $${XDG_CACHE_HOME:-$$HOME/.cache}/tfcnn/horovod-$(HOROVOD_VERSION)-tf$(TF_VERSION)-py$(PY_VERSION)-$(if \
-  $(filter 1,$(HAS_GPU)),gpu,cpu)$(if $(filter 1,$(HAS_MPI)),-mpi)-patches$(shell grep -hv '^\#' $(HOROVOD_PATCHES) | cksum | cut -d' ' -f1)
+NCCL ?= 1
+WANT_GPU_OPS := $(if $(and $(filter 1,$(HAS_GPU)),$(filter 1,$(NCCL))),1,0)
+TF_PACKAGE := $(if $(filter 1,$(HAS_GPU)),tensorflow[and-cuda],tensorflow-cpu)==$(TF_VERSION)
+LANE_ID := TensorFlow $(TF_VERSION) ($(TF_PACKAGE)), Python $(PY_VERSION)
+# Built Horovod wheels, each under a name that says what it fits (patches/build_horovod.sh).
+HOROVOD_CACHE := $${XDG_CACHE_HOME:-$$HOME/.cache}/tfcnn
+BUILD_HOROVOD := HOROVOD_VERSION=$(HOROVOD_VERSION) WANT_MPI=$(HAS_MPI) WANT_GPU=$(WANT_GPU_OPS) \
+  bash patches/build_horovod.sh $(PY) "$(HOROVOD_CACHE)"
 
-.PHONY: install test demo bench docs clean
+.PHONY: install test demo bench docs check-gpu-build clean
+# The GPU stack's venv for check-gpu-build (make install HAS_GPU=1 on a machine without a GPU).
+GPU_VENV ?= .venv-gpu
 BENCH_RESULTS ?= bench/results
 
 install: $(STAMP) $(EXTRAS)
-	@# OpenMPI installed after Horovod was built: build it again, now with MPI.
-	@if [ "$(HAS_MPI)" = 1 ] && ! TF_CPP_MIN_LOG_LEVEL=2 $(PY) -c "import sys, horovod.tensorflow as h; \
-	   sys.exit(0 if h.mpi_built() else 1)" 2>/dev/null; then rm -f $(STAMP); $(MAKE) --no-print-directory $(STAMP); fi
+	@# Nothing to do when the venv's Horovod fits; another build when it does not (OpenMPI installed since).
+	@$(BUILD_HOROVOD)
 	@TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrun --check-build
 
 # The stamp depends on what decides the install; a second `make install` only prints the build check.
-$(STAMP): setup.py Makefile $(HOROVOD_PATCHES) patches/build_horovod.sh
+$(STAMP): setup.py Makefile $(HOROVOD_PATCHES) patches/build_horovod.sh patches/find_cuda.sh
 	@test -n "$(PY_VERSION)" || { echo "tfcnn: $(or $(PYTHON),no python3.10-3.13) not found or does not run: install Python 3.11 (e.g. 'apt-get install python3.11 python3.11-venv python3.11-dev' or 'pyenv install 3.11'), or name one with PYTHON=..."; exit 1; }
 	@# Refused before anything is downloaded: a lane the Python cannot install.
 	@case " $(LANE_PYTHONS) " in *" $(PY_VERSION) "*) ;; *) echo "$(WRONG_PYTHON)"; exit 1;; esac
 	@command -v g++ >/dev/null || { echo "tfcnn: no C++ compiler (g++) found, needed to build Horovod: install it (e.g. 'apt-get install g++')"; exit 1; }
 	@command -v cmake >/dev/null || { echo "tfcnn: cmake not found, needed to build Horovod: install it (e.g. 'apt-get install cmake' or 'pip install cmake')"; exit 1; }
 	@command -v patch >/dev/null || { echo "tfcnn: patch not found, needed to patch Horovod's sources: install it (e.g. 'apt-get install patch')"; exit 1; }
+	@# Horovod's GPU operations need a CUDA 12 compiler: said before the GPU stack's gigabytes are downloaded.
+	@if [ "$(WANT_GPU_OPS)" = 1 ]; then toolkit=$$(bash patches/find_cuda.sh) || exit 1; \
+	   echo "tfcnn: CUDA $${toolkit#* } in $${toolkit% *} compiles Horovod's GPU operations (NCCL)"; fi
 	@# A venv of another lane or Python (an older tfcnn's .venv, say) is made anew, never mixed.
 	@if [ -d $(VENV) ] && [ "$$(cat $(VENV)/.tfcnn-lane 2>/dev/null)" != "$(LANE_ID)" ]; then \
 	   echo "tfcnn: $(VENV) holds $$(cat $(VENV)/.tfcnn-lane 2>/dev/null || echo 'another install'), not $(LANE_ID): making it anew"; \
@@ -110,11 +120,11 @@ $(STAMP): setup.py Makefile $(HOROVOD_PATCHES) patches/build_horovod.sh
 	@echo "$(LANE_ID)" > $(VENV)/.tfcnn-lane
 	$(PIP) install --upgrade "pip>=23" "setuptools>=65,<70" wheel
 	@# TensorFlow first: Horovod compiles against the installed TF. tensorflow[and-cuda] only where a GPU is present.
-	@if [ "$(HAS_GPU)" = 1 ]; then tf="tensorflow[and-cuda]==$(TF_VERSION)"; else tf="tensorflow-cpu==$(TF_VERSION)"; fi; \
-	 echo "tfcnn: installing $$tf" '$(LANE_PACKAGES) $(LANE_NO_DEPS)'; $(PIP) install "$$tf" $(LANE_PACKAGES)
+	@echo "tfcnn: installing $(TF_PACKAGE)" '$(LANE_PACKAGES) $(LANE_NO_DEPS)'
+	$(PIP) install "$(TF_PACKAGE)" $(LANE_PACKAGES)
 	$(if $(LANE_NO_DEPS),$(PIP) install --no-deps $(LANE_NO_DEPS))
-	@# Horovod from its sdist with tfcnn's patches; Gloo always, MPI when mpicxx runs, NCCL when a GPU exists.
-	HOROVOD_VERSION=$(HOROVOD_VERSION) WANT_MPI=$(HAS_MPI) WANT_GPU=$(HAS_GPU) bash patches/build_horovod.sh $(PY) "$(HOROVOD_CACHE)"
+	@# Horovod from its sdist with tfcnn's patches; Gloo always, MPI when mpicxx runs, NCCL with HAS_GPU=1.
+	$(BUILD_HOROVOD)
 	$(PIP) install -e ".[dev]"
 	@# Every Python of the venv, also those horovodrun and mpiexec start (and horovodrun's own build check,
 	@# which loads TensorFlow), starts with TensorFlow's C++ INFO lines off, on TF 2.21 with Keras 2
@@ -158,6 +168,16 @@ docs: install $(VENV)/.tfcnn-docs
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	@echo "tfcnn: the site is in site/ (open site/index.html, or serve it: $(VENV)/bin/mkdocs serve)"
 
+# The GPU install, built and exercised without a GPU (CI runs it; docs/install.md): tensorflow[and-cuda] and
+# Horovod with its NCCL operations (compiled by the CUDA 12 toolkit in CUDA_HOME or found as make install
+# finds it) into $(GPU_VENV), then tests/test_gpu_build.py in that venv (Horovod's build report, a 2-rank
+# horovodrun training on CPU tensors); then the same with NCCL=0, Horovod without GPU operations.
+check-gpu-build:
+	$(MAKE) --no-print-directory install HAS_GPU=1 VENV=$(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pytest tests/test_gpu_build.py $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory install HAS_GPU=1 NCCL=0 VENV=$(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pytest tests/test_gpu_build.py $(PYTEST_ARGS)
+
 # Side-by-side benchmarks against baselines measured in the same run (CPU-sized defaults; ~15 min on 2 cores).
 bench: install
 	@mkdir -p $(BENCH_RESULTS)
@@ -171,4 +191,4 @@ bench: install
 	$(PY) bench/roofline.py --output $(BENCH_RESULTS)/roofline.json
 
 clean:
-	rm -rf .venv .venv-tf2.15 build site *.egg-info .pytest_cache tests/.pytest_cache
+	rm -rf .venv .venv-tf2.15 $(GPU_VENV) build site *.egg-info .pytest_cache tests/.pytest_cache
