@@ -71,6 +71,16 @@ def test_in_memory_training_under_horovodrun_gives_each_rank_a_disjoint_share(tm
         # 192 images, global batch 32: 6 steps an epoch; every validation image counted once over both ranks
         assert (record["status"], record["step"], record["total_steps"], record["ranks"]) == ("complete", 12, 12, 2)
         assert record["validation"]["count"] == 50 and record["validation"] == ranks[0]["validation"]
+        # validated at each epoch's end, the last being the run's validation; the same results on both ranks
+        history = record["validation_history"]
+        assert [(v["step"], v["epoch"], v["count"]) for v in history] == [(6, 1.0, 50), (12, 2.0, 50)]
+        assert history == ranks[0]["validation_history"] and history[-1] == record["validation"]
+    # each validation scored every example once: each rank its own share (x[rank::2]), together all 50
+    for epoch in range(2):
+        first, second = (record["validation_ids"][epoch] for record in ranks)
+        assert first == list(range(0, 50, 2)) and second == list(range(1, 50, 2))
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(m["step"], m["val_count"]) for m in logged if "val_top1" in m] == [(6, 50), (12, 50)]
     assert ranks[0]["checkpoint"].endswith("ckpt-12")
     first, second = (record["ids"] for record in ranks)
     assert len(first) == len(second) == 48 and len(set(first)) == len(set(second)) == 48  # 12 batches of 4
