@@ -76,7 +76,7 @@ class TrainConfig:
     model_options: dict | None = option(None, "builder options, e.g. zero_init_residual=false,dropout_rate=0.2,"
                                               "bn_epsilon=1e-4 (python -m tfcnn.models NAME lists a model's)")
     train_crop: str | None = option(None, "training view: torchvision (RandomResizedCrop, 8-100% of the image, "
-                                          "antialiased resize: NVIDIA's PyTorch ConvNets), small (the same, 35-100%), "
+                                          "antialiased resize: NVIDIA's PyTorch ConvNets), small (the same, 80-100%), "
                                           "inception (sample_distorted_bounding_box on the records' boxes), ngc (NGC's "
                                           "scripts) or none (the whole image, resized if it is not the training size, "
                                           "not flipped: data already prepared); default: small at up to half the "
