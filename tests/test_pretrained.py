@@ -618,7 +618,8 @@ def test_hugging_face_settings_are_honoured(monkeypatch, tmp_path):
 
     hub, torchvision = pretrained.find("resnet50", "imagenet"), pretrained.find("resnet50", "torchvision")
     monkeypatch.setenv("HF_ENDPOINT", "https://hf-mirror.example")
-    assert pretrained.mirrored(hub.url) == "https://hf-mirror.example/timm/resnet50.tv_in1k/resolve/main/model.safetensors"
+    assert pretrained.mirrored(hub.url) == ("https://hf-mirror.example/timm/resnet50.tv_in1k/resolve/main/"
+                                            "model.safetensors")
     assert pretrained.mirrored(torchvision.url) == torchvision.url
     monkeypatch.setenv("TFCNN_HUB_MIRROR", "https://tfcnn-mirror.example")
     assert pretrained.mirrored(hub.url).startswith("https://tfcnn-mirror.example/timm/")
