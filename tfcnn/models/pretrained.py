@@ -362,9 +362,13 @@ def _link_verified(shared: str, where: str, sha256: str | None = None) -> None:
         while chunk := f.read(CHUNK):
             data_hash.update(chunk)
             git_hash.update(chunk)
-    expected = [(f"the name of its blob {blob}", blob, (git_hash if _GIT_SHA1.match(blob) else data_hash).hexdigest())
-                ] if _SHA256.match(blob) or _GIT_SHA1.match(blob) else []
-    expected += [("tfcnn's table", sha256, data_hash.hexdigest())] if sha256 else []
+    expected = []  # (what says it, the hash it says, the file's hash of that kind)
+    if _SHA256.match(blob):
+        expected.append((f"the name of its blob {blob}", blob, data_hash.hexdigest()))
+    elif _GIT_SHA1.match(blob):
+        expected.append((f"the name of its blob {blob}", blob, git_hash.hexdigest()))
+    if sha256:
+        expected.append(("tfcnn's table", sha256, data_hash.hexdigest()))
     for source, want, got in expected:
         if want != got:
             raise DownloadError(f"{shared} (the Hugging Face cache): hash mismatch: expected {want} ({source}), "

@@ -12,6 +12,13 @@ from tfcnn.recipes import RECIPES, get_recipe
 SCHEDULES = ("cosine", "step", "poly", "constant")
 ITER_UNITS = ("epoch", "batch")
 IMAGENET_TRAIN_IMAGES = 1_281_167  # what an "epoch" of synthetic data counts
+# What a run that leaves --warmup_epochs and --train_crop unset gets (tfcnn.training.plan): ImageNet's 5 warmup
+# epochs and torchvision's crop where they were made for (images near the model's input size, long runs), else a
+# warmup and a view that small images and short runs learn with (docs/training.md; measured in CHANGELOG.md,
+# 2026-12-04).
+WARMUP_EPOCHS = 5.0
+WARMUP_SHARE = 0.1  # the default warmup is at most this share of the run
+SMALL_IMAGES = 0.5  # at most this share of the model's input size, the default view is "small"
 
 
 def option(default, help_text: str):
@@ -48,8 +55,8 @@ class TrainConfig:
     lr_schedule: str = option("cosine", "cosine, step, poly or constant (after the linear warmup)")
     lr_granularity: str = option("step", "how often the learning rate changes: every step, or at each epoch's start "
                                          "(epoch: NVIDIA's PyTorch ConvNets)")
-    warmup_epochs: float | None = option(None, "linear learning-rate warmup length; default: 5 epochs, at most a "
-                                               "tenth of the run")
+    warmup_epochs: float | None = option(None, f"linear learning-rate warmup length; default: {WARMUP_EPOCHS:g} "
+                                               f"epochs, at most {WARMUP_SHARE:.0%} of the run")
     lr_decay_epochs: tuple = option((30, 60, 80), "step schedule: epochs at which the rate is multiplied by "
                                                   "--lr_decay_factor")
     lr_decay_factor: float = option(0.1, "step schedule factor")
@@ -75,12 +82,12 @@ class TrainConfig:
                                        "NVIDIA's PyTorch ConvNets use fan_in), glorot_uniform (TF1's default: NGC)")
     model_options: dict | None = option(None, "builder options, e.g. zero_init_residual=false,dropout_rate=0.2,"
                                               "bn_epsilon=1e-4 (python -m tfcnn.models NAME lists a model's)")
-    train_crop: str | None = option(None, "training view: torchvision (RandomResizedCrop, 8-100% of the image, "
-                                          "antialiased resize: NVIDIA's PyTorch ConvNets), small (the same, 80-100%), "
+    train_crop: str | None = option(None, "training view: torchvision (RandomResizedCrop, antialiased resize: "
+                                          "NVIDIA's PyTorch ConvNets), small (the same, keeping more of the image), "
                                           "inception (sample_distorted_bounding_box on the records' boxes), ngc (NGC's "
                                           "scripts) or none (the whole image, resized if it is not the training size, "
-                                          "not flipped: data already prepared); default: small at up to half the "
-                                          "model's input size, else torchvision")
+                                          "not flipped: data already prepared); default: small at up to "
+                                          f"{SMALL_IMAGES:.0%} of the model's input size, else torchvision")
     mean: tuple | None = option(None, "normalization mean per RGB channel, 0-255 (default: the model's)")
     std: tuple | None = option(None, "normalization std per RGB channel, 0-255 (default: the model's)")
     augment: str = option("none", "per-image training policy: none, randaugment:N,M (N ops of magnitude M, e.g. "

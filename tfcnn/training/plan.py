@@ -16,15 +16,10 @@ from tfcnn import checkpoints, distributed
 from tfcnn.data import pipeline
 from tfcnn.data.preprocessing import TRAIN_VIEWS
 from tfcnn.models import DataConfig, model_info
-from tfcnn.training.config import IMAGENET_TRAIN_IMAGES, TrainConfig, validate
+from tfcnn.training.config import (IMAGENET_TRAIN_IMAGES, SMALL_IMAGES, WARMUP_EPOCHS, WARMUP_SHARE, TrainConfig,
+                                   validate)
 
 CONFIG_FILE = "config.json"
-# What a run that leaves --warmup_epochs and --train_crop unset gets: ImageNet's 5 warmup epochs and torchvision's
-# crop where they were made for (images near the model's input size, long runs), else a warmup and a view that
-# small images and short runs learn with (docs/training.md; measured in CHANGELOG.md, 2026-12-04).
-WARMUP_EPOCHS = 5.0
-WARMUP_SHARE = 0.1  # the default warmup is at most this share of the run
-SMALL_IMAGES = 0.5  # at most this share of the model's input size, the default view is "small"
 # What runs made before a field existed did: no accumulation, Keras' SGD momentum.
 OLDER_RUNS = {"grad_accum_steps": 1, "momentum_form": "keras"}
 
@@ -196,8 +191,13 @@ def _fit_defaults(config: TrainConfig, epochs: float, input_size: int) -> TrainC
         warmup = (previous_config(config.log_dir) or {}).get("warmup_epochs")
     if warmup is None:
         warmup = min(WARMUP_EPOCHS, round(WARMUP_SHARE * epochs, 4))
-    crop = config.train_crop or ("small" if config.image_size <= SMALL_IMAGES * input_size else "torchvision")
+    crop = config.train_crop or ("small" if _small(config.image_size, input_size) else "torchvision")
     return dataclasses.replace(config, warmup_epochs=warmup, train_crop=crop)
+
+
+def _small(image_size: int, input_size: int) -> bool:
+    """Whether images of image_size are small for a model of input_size, for which ImageNet's crop is made."""
+    return image_size <= SMALL_IMAGES * input_size
 
 
 def far_from_intended_use(config: TrainConfig, epochs: float, input_size: int) -> list[str]:
@@ -206,10 +206,10 @@ def far_from_intended_use(config: TrainConfig, epochs: float, input_size: int) -
     notes = []
     if config.warmup_epochs is not None and config.warmup_epochs > epochs / 2:
         notes.append(f"note: --warmup_epochs {config.warmup_epochs:g} is more than half of this {epochs:g}-epoch "
-                     f"run: the learning rate peaks late and decays at once. Unset, the warmup is at most a tenth "
-                     f"of the run")
+                     f"run: the learning rate peaks late and decays at once. Unset, the warmup is at most "
+                     f"{WARMUP_SHARE:.0%} of the run")
     crop = config.train_crop
-    if crop not in (None, "small", "none") and config.image_size <= SMALL_IMAGES * input_size:
+    if crop not in (None, "small", "none") and _small(config.image_size, input_size):
         notes.append(f"note: --train_crop {crop} crops as little as {TRAIN_VIEWS[crop].area[0]:.0%} of an image, "
                      f"made for photos at the model's {input_size} px; at --image_size {config.image_size} small "
                      f"images learn faster with --train_crop small (keeping {TRAIN_VIEWS['small'].area[0]:.0%} or "
