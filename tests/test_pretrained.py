@@ -22,7 +22,8 @@ from tfcnn.models import create_model, list_models, model_info, pretrained, weig
 
 FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "pretrained_keys.json")
 HAS_TORCH = importlib.util.find_spec("torch") is not None
-MIRROR_VARIABLES = ("TFCNN_WEIGHTS_MIRROR", "TFCNN_HUB_MIRROR", "TFCNN_TORCHVISION_MIRROR", "TFCNN_OFFLINE")
+MIRROR_VARIABLES = ("TFCNN_WEIGHTS_MIRROR", "TFCNN_HUB_MIRROR", "TFCNN_TORCHVISION_MIRROR", "TFCNN_OFFLINE",
+                    "HF_ENDPOINT", "HF_HUB_OFFLINE")
 
 
 def quiet(*_):
@@ -191,6 +192,7 @@ def offline_cache(tmp_path, monkeypatch):
     for name in MIRROR_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TFCNN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))  # not the machine's own
     monkeypatch.setenv("TFCNN_OFFLINE", "1")  # a file that is not where the name says would be an error
     return str(tmp_path / "cache")
 
@@ -267,10 +269,11 @@ def test_mirrors_replace_scheme_and_host(monkeypatch):
 class Server:
     """A loopback HTTP server of in-memory files. Each route: body, extra headers, and how it is served:
     "ok"; "redirect" (a 302 carrying the headers, as the hub answers, to the body at /cdn/...); "truncate"
-    (announces the full length, sends a third and closes)."""
+    (announces the full length, sends a third and closes). holds: route -> a function the handler calls before
+    it sends that route's body."""
 
     def __init__(self):
-        self.routes, self.requests = {}, []
+        self.routes, self.requests, self.holds = {}, [], {}
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -288,6 +291,7 @@ class Server:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
+                server.holds.get(self.path.removeprefix("/cdn"), lambda: None)()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 if "ETag" not in headers:  # as S3 and CDNs send: an MD5, not a SHA-256, so not checked
@@ -323,8 +327,10 @@ def mirror(server, tmp_path, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TFCNN_WEIGHTS_MIRROR", server.url)
     monkeypatch.setenv("TFCNN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))  # empty: not the machine's own
     server.routes.clear()
     server.requests.clear()
+    server.holds.clear()
     return server
 
 
@@ -474,3 +480,152 @@ def test_a_pytorch_file_without_torch_is_refused_before_downloading(mirror):
                                          r"torch\)$"):
         create_model("vgg16", weights="imagenet", log=quiet)
     assert mirror.requests == []
+
+
+# ------------------------------------------------------------------ one machine, and the Hugging Face cache
+
+def test_two_ranks_on_one_machine_download_once(mirror, tmp_path):
+    """horovodrun -np 2, both ranks asking for the same missing file: one downloads it (the server holds the
+    body until both have asked, so without the machine's lock the second would send its own request), the
+    other waits and reads the same verified file."""
+    import subprocess
+    import time
+
+    from launchers import HOROVODRUN_GLOO
+
+    entry = pretrained.find("resnet18", "imagenet")
+    body = random_bytes(2 << 20, seed=3)
+    mirror.add(entry.config_url, b'{"pretrained_cfg": {}}')
+    mirror.add(entry.url, body, {"X-Linked-Etag": f'"{sha256(body)}"'}, "redirect")
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def both_ranks_asked():
+        deadline = time.time() + 120
+        while not all((out / f"arrived{r}").exists() for r in range(2)) and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # time for the second rank's request, were it to send one
+
+    mirror.holds[urllib.parse.urlsplit(entry.url).path] = both_ranks_asked
+    probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "download_probe.py")
+    done = subprocess.run(HOROVODRUN_GLOO + [sys.executable, probe, str(out), "resnet18", "imagenet"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    weights_path = urllib.parse.urlsplit(entry.url).path
+    assert sorted(mirror.requests) == sorted([urllib.parse.urlsplit(entry.config_url).path, weights_path,
+                                              "/cdn" + weights_path])  # once each, for both ranks
+    paths = {(out / f"rank{r}.txt").read_text() for r in range(2)}
+    assert paths == {os.path.join(str(tmp_path / "cache"), entry.directory, entry.file)}
+    assert open(paths.pop(), "rb").read() == body
+    assert "waiting for another process fetching timm:resnet18.tv_in1k" in done.stdout + done.stderr
+
+
+def git_blob_sha1(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def hf_cache_layout(root, repo: str, files: dict, revision="0123456789abcdef0123456789abcdef01234567") -> dict:
+    """Files placed as huggingface_hub leaves them: blobs named by their hash (an LFS file's SHA-256, a git
+    file's blob SHA-1), snapshots/<revision>/<name> relative links to them, refs/main naming the revision.
+    files: name -> (bytes, "lfs" or "git"). Returns name -> its snapshot path."""
+    base = os.path.join(root, "models--" + repo.replace("/", "--"))
+    os.makedirs(os.path.join(base, "blobs"), exist_ok=True)
+    os.makedirs(os.path.join(base, "snapshots", revision), exist_ok=True)
+    os.makedirs(os.path.join(base, "refs"), exist_ok=True)
+    with open(os.path.join(base, "refs", "main"), "w") as f:
+        f.write(revision)
+    placed = {}
+    for name, (data, kind) in files.items():
+        blob = sha256(data) if kind == "lfs" else git_blob_sha1(data)
+        with open(os.path.join(base, "blobs", blob), "wb") as f:
+            f.write(data)
+        placed[name] = os.path.join(base, "snapshots", revision, name)
+        os.symlink(os.path.join("..", "..", "blobs", blob), placed[name])
+    return placed
+
+
+def test_a_file_in_the_hugging_face_cache_is_used_without_the_network(mirror, tmp_path, monkeypatch):
+    """What timm left in $HF_HUB_CACHE (the weights and their config.json) loads with the network off
+    (HF_HUB_OFFLINE=1, and the server never asked): verified against its blobs' names, linked into tfcnn's cache,
+    not copied."""
+    entry = pretrained.find("resnet18", "imagenet")
+    path = weightgen.write_safetensors(weightgen.fixture("resnet18"), tmp_path / "served.safetensors")
+    body = open(path, "rb").read()
+    cfg = RECORDED["models"]["resnet18"]["files"][entry.name]["pretrained_cfg"]
+    config = json.dumps({"architecture": "resnet18", "pretrained_cfg": cfg}).encode()
+    placed = hf_cache_layout(tmp_path / "hf", "timm/resnet18.tv_in1k",
+                             {"model.safetensors": (body, "lfs"), "config.json": (config, "git")})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    model = create_model("resnet18", weights="imagenet", log=quiet)
+    assert mirror.requests == []
+    stem = weights.read_state_dict(path)["conv1.weight"].transpose(2, 3, 1, 0)
+    np.testing.assert_array_equal(model.get_layer("stem_conv").kernel.numpy(), stem)
+    assert (model.data_config.input_size, model.data_config.crop_fraction) == (cfg["input_size"][-1], cfg["crop_pct"])
+    linked = os.path.join(str(tmp_path / "cache"), entry.directory)
+    for name, snapshot in placed.items():
+        assert os.path.islink(os.path.join(linked, name))
+        assert os.path.realpath(os.path.join(linked, name)) == os.path.realpath(snapshot)
+
+
+def test_only_the_missing_config_is_fetched_beside_a_hugging_face_cache_file(mirror, tmp_path, monkeypatch):
+    """timm.create_model(name, pretrained=True) leaves the weights alone in the Hugging Face cache: they are
+    used, and only config.json is downloaded. Offline, the error names the config's place."""
+    entry = pretrained.find("efficientnet_b0", "imagenet")
+    body = random_bytes(1 << 20, seed=4)
+    hf_cache_layout(tmp_path / "hf", entry.hub_repo, {"model.safetensors": (body, "lfs")})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = os.path.join(str(tmp_path / "cache"), entry.directory, "config.json")
+    with pytest.raises(pretrained.DownloadError, match=rf"HF_HUB_OFFLINE=1 forbids downloading and the cache lacks "
+                                                       rf"it: place the file at {re.escape(config)} \(from "
+                                                       rf"{re.escape(entry.config_url)}\), or unset HF_HUB_OFFLINE"):
+        pretrained.weights_file("efficientnet_b0", "imagenet")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    mirror.add(entry.config_url, b'{"pretrained_cfg": {}}')
+    path = pretrained.weights_file("efficientnet_b0", "imagenet")
+    assert mirror.requests == [urllib.parse.urlsplit(entry.config_url).path]
+    assert open(path, "rb").read() == body and os.path.islink(path)
+
+
+def test_a_corrupted_hugging_face_cache_file_is_refused_naming_both_hashes(mirror, tmp_path, monkeypatch):
+    entry = pretrained.find("efficientnet_b0", "imagenet")
+    body = random_bytes(1 << 20, seed=5)
+    placed = hf_cache_layout(tmp_path / "hf", entry.hub_repo, {"model.safetensors": (body, "lfs")})
+    with open(placed["model.safetensors"], "r+b") as f:  # one byte flipped behind the blob's name
+        f.write(bytes([body[0] ^ 1]))
+    mirror.add(entry.config_url, b'{"pretrained_cfg": {}}')
+    damaged = sha256(bytes([body[0] ^ 1]) + body[1:])
+    with pytest.raises(pretrained.DownloadError, match=rf"{re.escape(placed['model.safetensors'])} \(the Hugging "
+                                                       rf"Face cache\): hash mismatch: expected {sha256(body)} \(the "
+                                                       rf"name of its blob {sha256(body)}\), received {damaged}"):
+        pretrained.weights_file("efficientnet_b0", "imagenet")
+    assert not os.path.exists(os.path.join(str(tmp_path / "cache"), entry.directory, entry.file))
+
+
+def test_hugging_face_settings_are_honoured(monkeypatch, tmp_path):
+    """The cache is found as huggingface_hub finds it; HF_ENDPOINT serves the hub's files (after tfcnn's own hub
+    mirror); HF_HUB_OFFLINE forbids the hub, not torchvision's host."""
+    for name in (*MIRROR_VARIABLES, "HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert pretrained.hf_cache_dir() == str(tmp_path / "home" / ".cache" / "huggingface" / "hub")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert pretrained.hf_cache_dir() == str(tmp_path / "xdg" / "huggingface" / "hub")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    assert pretrained.hf_cache_dir() == str(tmp_path / "hf-home" / "hub")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    assert pretrained.hf_cache_dir() == str(tmp_path / "hub-cache")
+
+    hub, torchvision = pretrained.find("resnet50", "imagenet"), pretrained.find("resnet50", "torchvision")
+    monkeypatch.setenv("HF_ENDPOINT", "https://hf-mirror.example")
+    assert pretrained.mirrored(hub.url) == ("https://hf-mirror.example/timm/resnet50.tv_in1k/resolve/main/"
+                                            "model.safetensors")
+    assert pretrained.mirrored(torchvision.url) == torchvision.url
+    monkeypatch.setenv("TFCNN_HUB_MIRROR", "https://tfcnn-mirror.example")
+    assert pretrained.mirrored(hub.url).startswith("https://tfcnn-mirror.example/timm/")
+
+    assert pretrained.offline(hub) is None
+    monkeypatch.setenv("HF_HUB_OFFLINE", "yes")
+    assert (pretrained.offline(hub), pretrained.offline(torchvision)) == ("HF_HUB_OFFLINE", None)
+    monkeypatch.setenv("TFCNN_OFFLINE", "1")
+    assert (pretrained.offline(hub), pretrained.offline(torchvision)) == ("TFCNN_OFFLINE", "TFCNN_OFFLINE")

@@ -118,7 +118,10 @@ def test_recipe_values_and_flag_overrides():
     (dict(loss_scale="0"), r"--loss_scale must be .*received: '0'"),
     (dict(momentum_form="torch"), r"--momentum_form must be one of pytorch, keras, received: 'torch'"),
     (dict(weight_decay_set="bn"), r"--weight_decay_set must be one of kernels, no_bn, no_bn_names, received: 'bn'"),
-    (dict(train_crop="random"), r"--train_crop must be one of torchvision, inception, ngc, none, received: 'random'"),
+    (dict(train_crop="random"), r"--train_crop must be one of torchvision, small, inception, ngc, none, received: "
+                                r"'random'"),
+    (dict(validation_every=-1), r"--validation_every must be an integer >= 0 \(epochs; 0: after the last step only\), "
+                                r"received: -1"),
     (dict(larc_eta=-1.0), r"--larc_eta must be >= 0, received: -1.0"),
     (dict(mean=(1, 2)), r"--mean must be 3 numbers on the 0-255 scale, one per RGB channel, received: \(1, 2\)"),
     (dict(std=(1, 0, 1)), r"--std must be 3 numbers .*\(all > 0\), received"),
@@ -140,6 +143,35 @@ def test_missing_shards_and_foreign_log_dir_fail_before_training(stripes, tmp_pa
     os.remove(log_dir / "config.json")  # the checkpoint itself also names its model
     with pytest.raises(ValueError, match=f"--log_dir {log_dir} holds a checkpoint of testnet .*not of --model resnet34"):
         train(make_config(**{**TINY, "model": "resnet34"}, data_dir=stripes, log_dir=str(log_dir)))
+
+
+def test_unset_warmup_and_view_fit_the_images_and_the_run_and_far_settings_are_named():
+    """Unset, --warmup_epochs is 5 epochs, at most a tenth of the run, and --train_crop is small at up to half the
+    model's input size, else torchvision; a value given (by the user or a recipe) is kept, with a note when it is
+    far from its intended use. make_plan alone: nothing is built."""
+    from tfcnn.training.plan import make_plan
+
+    def plan(images=1437, **options):
+        return make_plan(make_config(**{"model": "resnet18", "batch_size": 32, **options}), train_records=images)
+
+    short = plan(image_size=32, num_iter=6)  # issue 47's notebook run: 44 steps an epoch
+    assert (short.config.train_crop, short.config.warmup_epochs, short.notes) == ("small", 0.6, [])
+    imagenet = plan(images=1_281_167, batch_size=256, image_size=224, num_iter=90)
+    assert (imagenet.config.train_crop, imagenet.config.warmup_epochs, imagenet.notes) == ("torchvision", 5.0, [])
+    assert plan(image_size=112, num_iter=90).config.train_crop == "small"  # half of resnet18's 224 px
+    assert plan(image_size=113, num_iter=90).config.train_crop == "torchvision"
+    assert plan(image_size=32, num_iter=3, iter_unit="batch").config.warmup_epochs == round(0.1 * 3 / 44, 4)
+
+    given = plan(image_size=32, num_iter=6, train_crop="torchvision", warmup_epochs=5)
+    assert (given.config.train_crop, given.config.warmup_epochs) == ("torchvision", 5)
+    warmup, crop = given.notes
+    assert warmup.startswith("note: --warmup_epochs 5 is more than half of this 6-epoch run")
+    assert crop.startswith("note: --train_crop torchvision crops as little as 8% of an image, made for photos at the "
+                           "model's 224 px; at --image_size 32 small images learn faster with --train_crop small")
+    # a recipe's elements are given: kept as NVIDIA's code sets them, whatever the size and length
+    recipe = make_plan(make_config("resnet50_90e", image_size=32, num_iter=6), train_records=20_480)
+    assert (recipe.config.train_crop, recipe.config.warmup_epochs, len(recipe.notes)) == ("torchvision", 8.0, 2)
+    assert make_plan(make_config("resnet50_90e"), train_records=1_281_167).notes == []
 
 
 def test_slow_precision_and_xla_without_a_gpu_are_named(monkeypatch):

@@ -18,7 +18,7 @@ LARC_MODES = ("clip", "scale")
 WEIGHT_DECAY_SETS = ("kernels", "no_bn", "no_bn_names")
 LR_GRANULARITIES = ("step", "epoch")
 WEIGHT_INITS = ("model", "kaiming_fan_in", "kaiming_fan_out", "glorot_uniform")
-TRAIN_CROPS = ("torchvision", "inception", "ngc", "none")
+TRAIN_CROPS = ("torchvision", "small", "inception", "ngc", "none")
 
 MAX_OPS = 10  # RandAugment's N
 MAX_MAGNITUDE = 30.0  # RandAugment's M

@@ -38,7 +38,10 @@ class RunResult:
       callback ended it early, e.g. keras.callbacks.EarlyStopping).
     step / total_steps: the last step trained, of the run's planned steps.
     metrics: the last logged training metrics (loss, top1 on the training batches, lr, epoch, img_per_sec).
-    validation: top1, top5 and count on val_data (or with predict=True, the validation records), if any.
+    validation: top1, top5 and count on val_data after training (or with predict=True, on the validation
+      records), if any.
+    validation_history: with val_data, each validation made (at the end of every validation_every-th epoch and
+      after training): step, epoch, top1, top5, count, as metrics.jsonl and TensorBoard have them.
     log_dir, checkpoint: where the run keeps its logs and its latest checkpoint (None without log_dir).
     saved_model: the SavedModel written with export_dir.
     model: the trained zoo model (its raw weights: with ema_decay, load the checkpoint for their average).
@@ -49,6 +52,7 @@ class RunResult:
     total_steps: int
     metrics: dict
     validation: dict | None = None
+    validation_history: list = dataclasses.field(default_factory=list)
     log_dir: str | None = None
     checkpoint: str | None = None
     saved_model: str | None = None
@@ -69,8 +73,9 @@ class RunResult:
             from tfcnn import checkpoints
 
             checkpoint = checkpoints.latest_checkpoint(log_dir)
-        return cls(status, step, total, dict(summary.get("final") or {}), summary.get("validation"), log_dir,
-                   checkpoint, summary.get("saved_model"), summary.get("model"), summary)
+        return cls(status, step, total, dict(summary.get("final") or {}), summary.get("validation"),
+                   list(summary.get("validation_history", ())), log_dir, checkpoint, summary.get("saved_model"),
+                   summary.get("model"), summary)
 
 
 def train(config_or_recipe: TrainConfig | str | None = None, *, train_data=None, val_data=None, callbacks=(),
@@ -83,7 +88,8 @@ def train(config_or_recipe: TrainConfig | str | None = None, *, train_data=None,
       3] RGB, uint8 or float on the 0-255 scale; y [N] 0-based labels) or a tf.data.Dataset of (image,
       label), images of any size. The recipe's training view applies (train_crop; augment=False takes
       prepared images as they are: train_crop and augment 'none'); each rank takes its own share (every
-      size-th example), and val_data is evaluated after training, each example once over all ranks.
+      size-th example), and val_data is evaluated at the end of every validation_every-th epoch and after
+      training, each example once over all ranks.
       num_classes and image_size default to what the arrays show (max label + 1; their size when square).
       Resuming (the same log_dir) continues the exact batch stream for the same arrays, or for a Dataset
       that yields the same examples in the same order each time (see tfcnn.data.memory).

@@ -1,6 +1,7 @@
 """tfcnn.train on data in memory, under a launcher: every rank trains on its share of the same arrays and
-writes OUT_DIR/rank{r}.json: its RunResult's fields, and the example ids its training stream took in one
-epoch (from the images of an id-coded array, through the pipeline tfcnn.train uses).
+writes OUT_DIR/rank{r}.json: its RunResult's fields, the example ids its training stream took in one
+epoch (from the images of an id-coded array, through the pipeline tfcnn.train uses), and for each validation
+the ids of the validation examples it scored (their first pixel carries them into the batches it evaluated).
 
     horovodrun --gloo -np 2 python tests/scripts/memory_probe.py OUT_DIR
 """
@@ -28,11 +29,16 @@ def stripe_arrays(count: int, size: int = 32, seed: int = 0):
     return x, y
 
 
-def id_coded(count: int):
-    """Prepared 8 px images whose first pixel holds the example's id (count <= 65536), zero labels."""
-    x = np.zeros((count, 8, 8, 3), np.uint8)
+def id_coded(count: int, x=None):
+    """Prepared 8 px images (or the images x) whose first pixel holds the example's id (count <= 65536), zero
+    labels."""
+    x = np.zeros((count, 8, 8, 3), np.uint8) if x is None else x.copy()
     x[:, 0, 0, 0], x[:, 0, 0, 1] = np.arange(count) % 256, np.arange(count) // 256
     return x, np.zeros(count, np.int64)
+
+
+def ids_of(images) -> list[int]:
+    return [int(i) for i in images[:, 0, 0, 0].numpy().astype(int) + 256 * images[:, 0, 0, 1].numpy().astype(int)]
 
 
 def epoch_ids(count: int, batch_size: int, num_shards: int, shard_index: int) -> list[int]:
@@ -41,8 +47,22 @@ def epoch_ids(count: int, batch_size: int, num_shards: int, shard_index: int) ->
     batches = memory.train_batches(id_coded(count), batch_size=batch_size, image_size=8, num_classes=1, seed=3,
                                    num_shards=num_shards, shard_index=shard_index, train_crop="none")
     steps = len(range(shard_index, count, num_shards)) // batch_size
-    return [int(i) for images, _ in batches.take(steps)
-            for i in images[:, 0, 0, 0].numpy().astype(int) + 256 * images[:, 0, 0, 1].numpy().astype(int)]
+    return [i for images, _ in batches.take(steps) for i in ids_of(images)]
+
+
+def recording_validation_ids(scored: list):
+    """Makes every evaluation of data in memory (tfcnn.data.memory.eval_batches, which the trainer's validation
+    reads) append the ids of the examples of its batches to `scored`."""
+    from tfcnn.data import memory
+
+    original = memory.eval_batches
+
+    def eval_batches(data, **options):
+        batches = original(data, **options)
+        scored.append([i for images, _ in batches for i in ids_of(images)])
+        return batches
+
+    memory.eval_batches = eval_batches
 
 
 def main(out_dir):
@@ -53,11 +73,16 @@ def main(out_dir):
     from tfcnn import distributed
 
     testnet.register()
-    result = tfcnn.train(model="testnet", train_data=stripe_arrays(192, seed=1), val_data=stripe_arrays(50, seed=2),
+    scored = []
+    recording_validation_ids(scored)
+    x_val, y_val = stripe_arrays(50, seed=2)
+    x_val = id_coded(50, x_val)[0]
+    result = tfcnn.train(model="testnet", train_data=stripe_arrays(192, seed=1), val_data=(x_val, y_val),
                          num_iter=2, batch_size=16, lr=1.0, warmup_epochs=0, train_crop="inception",
                          display_every=4, seed=5, log_dir=os.path.join(out_dir, "run"))
     record = {"status": result.status, "step": result.step, "total_steps": result.total_steps,
-              "validation": result.validation, "checkpoint": result.checkpoint,
+              "validation": result.validation, "validation_history": result.validation_history,
+              "validation_ids": scored, "checkpoint": result.checkpoint,
               "ids": epoch_ids(100, 4, distributed.size(), distributed.rank()), "ranks": distributed.size()}
     with open(os.path.join(out_dir, f"rank{distributed.rank()}.json"), "w") as f:
         json.dump(record, f)

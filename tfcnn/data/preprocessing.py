@@ -53,6 +53,11 @@ TRAIN_VIEWS = {
     # NVIDIA's PyTorch ConvNets (dataloaders.py, data_backend pytorch): torchvision's RandomResizedCrop on
     # PIL images, which PIL decodes with the accurate integer DCT and resizes antialiased.
     "torchvision": TrainView("resized_crop", antialias=True, dct_method="INTEGER_ACCURATE"),
+    # The same crop keeping at least 80% of the image (a zoom of at most 1.12x and a shift, about what the padded
+    # crops of CIFAR training do): the default for images at up to half the model's input size, where
+    # torchvision's 8% is a few pixels of a small image (tfcnn.training.plan; measured against 25-100% crops in
+    # CHANGELOG.md, 2026-12-04).
+    "small": TrainView("resized_crop", area=(0.8, 1.0), antialias=True, dct_method="INTEGER_ACCURATE"),
     # TF-slim's Inception preprocessing with torchvision's ranges, objects from the record's boxes
     # (tfcnn's view before the recipes named theirs).
     "inception": TrainView("distorted_box"),

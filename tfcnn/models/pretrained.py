@@ -16,25 +16,35 @@ names from timm's and torchvision's code; tests/test_pretrained.py checks this t
 
 A file is fetched once into the cache, `$TFCNN_CACHE_DIR`, else `$XDG_CACHE_HOME/tfcnn/weights` (default
 `~/.cache/tfcnn/weights`), as `timm/<arch>.<tag>/{model.safetensors,config.json}` or
-`torchvision/<file>.pth`; later calls read it there without the network. Downloads are verified before they
+`torchvision/<file>.pth`; later calls read it there without the network. A hub file that timm (huggingface_hub)
+already keeps in the Hugging Face cache (`$HF_HUB_CACHE`, else `$HF_HOME/hub`, else
+`~/.cache/huggingface/hub`: `models--timm--<arch>.<tag>/snapshots/<refs/main>/<file>`) is verified against its
+blob's name (an LFS file's SHA-256, a git blob's SHA-1) and linked into the cache instead of being downloaded.
+Processes on one machine (Horovod's ranks) fetch a missing file once: the first takes a file lock in the cache
+(`.locks/`), the others wait for it and then read the file. Downloads are verified before they
 count: the byte count against Content-Length (and the hub's X-Linked-Size), the SHA-256 against the table's
 full hash where one is known, against the 8-hex prefix in a torchvision file name (as torchvision's own
 check_hash does), and against the server's X-Linked-Etag / ETag when that is a SHA-256 (Hugging Face sends
 the LFS file's there). A file is written under a temporary name in its cache directory and renamed only when
 complete and verified, so a broken download never leaves a file that loads. `TFCNN_OFFLINE=1` forbids the
-network (a missing file is an error naming where to put it); `TFCNN_WEIGHTS_MIRROR` (all hosts),
-`TFCNN_HUB_MIRROR` and `TFCNN_TORCHVISION_MIRROR` replace a URL's scheme and host, for mirrors and tests.
+network (a missing file is an error naming where to put it), `HF_HUB_OFFLINE=1` the hub's; `TFCNN_WEIGHTS_MIRROR`
+(all hosts), `TFCNN_HUB_MIRROR` or else `HF_ENDPOINT` (the hub), and `TFCNN_TORCHVISION_MIRROR` replace a URL's
+scheme and host, for mirrors and tests.
 
 Why the standard library and no download package: what the checks above need (a hash prefix from a file
 name, the hub's X-Linked-Etag from the redirect before the CDN, Content-Length, errors naming the URL and both
 hashes, an offline error naming the path) lies outside pooch's known_hash model, so pooch would only do the
 streaming GET and the temporary-file rename, a few lines here, at the price of pooch and platformdirs (and
-tqdm for a bar) in every install; huggingface_hub covers the hub alone and brings a dozen packages. This
-module imports nothing of TensorFlow or tfcnn, so the recording script reads the table without them.
+tqdm for a bar) in every install; huggingface_hub covers the hub alone, brings a dozen packages (filelock,
+fsspec, requests, tqdm, pyyaml, ...) into an install whose packages are fixed, and its cache layout is a few
+directories and a ref file, read here in a dozen lines. This module imports nothing of TensorFlow or tfcnn,
+so the recording script and the tests' processes read the table without them.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import http.client
 import importlib.util
@@ -138,11 +148,14 @@ IMAGENET = {
 HUB_TWINS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d", "wide_resnet50_2")
 SHA256 = {}  # (model, name) -> the file's full SHA-256, where one is known (neither timm nor torchvision says)
 
-MIRRORS = {"huggingface.co": "TFCNN_HUB_MIRROR", "download.pytorch.org": "TFCNN_TORCHVISION_MIRROR"}
+# Per host, the variables naming its mirror, first found wins; then TFCNN_WEIGHTS_MIRROR for every host.
+MIRRORS = {"huggingface.co": ("TFCNN_HUB_MIRROR", "HF_ENDPOINT"), "download.pytorch.org": ("TFCNN_TORCHVISION_MIRROR",)}
+TRUE = ("1", "true", "yes", "on")  # what an environment switch accepts (huggingface_hub's values), any case
 PROGRESS_MIN_BYTES = 1 << 20  # smaller files (config.json) download without a progress line
 CHUNK = 1 << 20
 TIMEOUT = 60  # seconds without a byte before a download fails
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_GIT_SHA1 = re.compile(r"^[0-9a-f]{40}$")  # the Hugging Face cache's blob name of a file stored in git, not LFS
 _TORCHVISION_HASH = re.compile(r"-([a-f0-9]*)\.")  # torchvision's (torch.hub's) HASH_REGEX
 
 
@@ -171,6 +184,11 @@ class Published:
         """Its directory in the cache, one per hub repo, so that config.json lies beside the weights."""
         source, _, tag = self.name.partition(":")
         return source if source == "torchvision" else os.path.join(source, tag)
+
+    @property
+    def hub_repo(self) -> str | None:
+        """Its Hugging Face hub repository ("timm/resnet50.tv_in1k"), for a hub file."""
+        return self.name.replace("timm:", "timm/", 1) if self.url.startswith("https://huggingface.co/") else None
 
     @property
     def hash_prefix(self) -> str | None:
@@ -249,34 +267,122 @@ def cache_dir() -> str:
     return os.path.join(base, "tfcnn", "weights")
 
 
-def offline() -> bool:
-    return os.environ.get("TFCNN_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+def offline(entry: Published) -> str | None:
+    """The setting that forbids downloading the entry's files (TFCNN_OFFLINE, or HF_HUB_OFFLINE for a hub file),
+    or None."""
+    switches = ("TFCNN_OFFLINE", "HF_HUB_OFFLINE") if entry.hub_repo else ("TFCNN_OFFLINE",)
+    return next((name for name in switches if os.environ.get(name, "").strip().lower() in TRUE), None)
+
+
+def hf_cache_dir() -> str:
+    """The Hugging Face hub cache, where huggingface_hub (so timm) keeps files: $HF_HUB_CACHE, else
+    $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub (default ~/.cache/huggingface/hub)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.path.expanduser(os.environ["HF_HUB_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(os.path.expanduser(os.environ.get("HF_HOME") or os.path.join(base, "huggingface")), "hub")
+
+
+def hf_cached(entry: Published, file: str) -> str | None:
+    """`file` of the entry's hub repository at its main revision in the Hugging Face cache, as huggingface_hub
+    resolves it (models--timm--<arch>.<tag>/refs/main names the snapshot), or None when it is not there."""
+    if not entry.hub_repo:
+        return None
+    repo = os.path.join(hf_cache_dir(), "models--" + entry.hub_repo.replace("/", "--"))
+    try:
+        with open(os.path.join(repo, "refs", "main")) as f:
+            revision = f.read().strip()
+    except OSError:
+        return None
+    path = os.path.join(repo, "snapshots", revision, file)
+    return path if revision and os.path.isfile(path) else None
 
 
 def weights_file(model: str, weights: str) -> str:
-    """The cached file of a weights name, downloaded (with its config.json) and verified when absent."""
+    """The cached file of a weights name (with its config.json), from the Hugging Face cache or downloaded and
+    verified when absent; one process per machine fetches it (see the module docstring)."""
     entry = find(model, weights)
     directory = os.path.join(cache_dir(), entry.directory)
     path = os.path.join(directory, entry.file)
     files = ([(entry.config_url, os.path.join(directory, "config.json"))] if entry.config_url else []) + [
         (entry.url, path)]  # the weights last: their presence means the directory is complete
-    missing = [(url, where) for url, where in files if not os.path.isfile(where)]
-    if not missing:
+    if all(os.path.isfile(where) for _, where in files):
         return path
-    if offline():
-        places = "; ".join(f"{where} (from {url})" for url, where in missing)
-        raise DownloadError(f"weights {weights!r} of {model} ({entry.name}): TFCNN_OFFLINE=1 forbids "
-                            f"downloading and the cache lacks it: place the file{'s' * (len(missing) > 1)} at "
-                            f"{places}, or unset TFCNN_OFFLINE")
-    if entry.file.endswith(".pth") and importlib.util.find_spec("torch") is None:  # before, not after, 100s of MB
-        twin = hub_twin(entry)
-        raise ValueError(f"weights {weights!r} of {model} ({entry.name}) are a PyTorch file ({entry.url}), and "
-                         f"reading it needs torch, which is not installed (pip install torch)"
-                         + (f"; {twin!r} is the same file as safetensors, readable without torch" if twin else ""))
-    for url, where in missing:
-        download(url, where, sha256=entry.sha256 if url == entry.url else None,
-                 hash_prefix=entry.hash_prefix if url == entry.url else None)
+    with _machine_lock(entry):  # the others wait here, then find the files
+        for url, where in files:
+            shared = None if os.path.isfile(where) else hf_cached(entry, os.path.basename(where))
+            if shared:
+                _link_verified(shared, where, sha256=entry.sha256 if url == entry.url else None)
+        missing = [(url, where) for url, where in files if not os.path.isfile(where)]
+        if not missing:
+            return path
+        forbidden = offline(entry)
+        if forbidden:
+            places = "; ".join(f"{where} (from {url})" for url, where in missing)
+            shared = f"; the Hugging Face cache {hf_cache_dir()} has no copy either" if entry.hub_repo else ""
+            raise DownloadError(f"weights {weights!r} of {model} ({entry.name}): {forbidden}=1 forbids downloading "
+                                f"and the cache lacks it: place the file{'s' * (len(missing) > 1)} at {places}, or "
+                                f"unset {forbidden}{shared}")
+        if entry.file.endswith(".pth") and importlib.util.find_spec("torch") is None:  # before, not after, 100s of MB
+            twin = hub_twin(entry)
+            raise ValueError(f"weights {weights!r} of {model} ({entry.name}) are a PyTorch file ({entry.url}), and "
+                             f"reading it needs torch, which is not installed (pip install torch)"
+                             + (f"; {twin!r} is the same file as safetensors, readable without torch" if twin else ""))
+        for url, where in missing:
+            download(url, where, sha256=entry.sha256 if url == entry.url else None,
+                     hash_prefix=entry.hash_prefix if url == entry.url else None)
     return path
+
+
+@contextlib.contextmanager
+def _machine_lock(entry: Published):
+    """An exclusive lock on the entry's files among the processes of this machine (a file lock in the cache's
+    .locks/, which outlives nobody: the system drops it when its holder exits, however it exits)."""
+    locks = os.path.join(cache_dir(), ".locks")
+    os.makedirs(locks, exist_ok=True)
+    with open(os.path.join(locks, entry.directory.replace(os.sep, "--") + ".lock"), "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"tfcnn: waiting for another process fetching {entry.name}", file=sys.stderr, flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _link_verified(shared: str, where: str, sha256: str | None = None) -> None:
+    """Links a Hugging Face cache file at `where` (atomically: a link under a temporary name, renamed), once its
+    content matches the hash its blob is named by (an LFS file's SHA-256, a git file's blob SHA-1) and the
+    table's SHA-256 where known; a DownloadError naming the file and both hashes otherwise."""
+    blob = os.path.basename(os.path.realpath(shared))
+    with open(shared, "rb") as f:
+        data_hash, git_hash = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % os.fstat(f.fileno()).st_size)
+        while chunk := f.read(CHUNK):
+            data_hash.update(chunk)
+            git_hash.update(chunk)
+    expected = []  # (what says it, the hash it says, the file's hash of that kind)
+    if _SHA256.match(blob):
+        expected.append((f"the name of its blob {blob}", blob, data_hash.hexdigest()))
+    elif _GIT_SHA1.match(blob):
+        expected.append((f"the name of its blob {blob}", blob, git_hash.hexdigest()))
+    if sha256:
+        expected.append(("tfcnn's table", sha256, data_hash.hexdigest()))
+    for source, want, got in expected:
+        if want != got:
+            raise DownloadError(f"{shared} (the Hugging Face cache): hash mismatch: expected {want} ({source}), "
+                                f"received {got}: a corrupted file; delete it (and its blob) to fetch it again")
+    os.makedirs(os.path.dirname(where), exist_ok=True)
+    temporary = os.path.join(os.path.dirname(where), f".{os.path.basename(where)}.{os.getpid()}.link")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary)
+    os.symlink(os.path.abspath(shared), temporary)
+    os.replace(temporary, where)
+    checks = " and ".join(source for source, _, _ in expected)
+    print(f"tfcnn: {where}: the Hugging Face cache's {shared} ("
+          f"{f'verified against {checks}' if checks else 'no hash to verify it against'}), linked", file=sys.stderr,
+          flush=True)
 
 
 def hub_twin(entry: Published) -> str | None:
@@ -289,9 +395,8 @@ def hub_twin(entry: Published) -> str | None:
 def mirrored(url: str) -> str:
     """`url` with its scheme and host replaced by the mirror the environment names for that host, if any."""
     parts = urllib.parse.urlsplit(url)
-    variable = MIRRORS.get(parts.hostname)
-    for name in (variable, "TFCNN_WEIGHTS_MIRROR"):
-        mirror = name and os.environ.get(name)
+    for name in (*MIRRORS.get(parts.hostname, ()), "TFCNN_WEIGHTS_MIRROR"):
+        mirror = os.environ.get(name)
         if mirror:
             if not mirror.startswith(("http://", "https://")):
                 raise ValueError(f"{name} must be a URL such as https://mirror.example.com, received: {mirror!r}")

@@ -12,6 +12,13 @@ from tfcnn.recipes import RECIPES, get_recipe
 SCHEDULES = ("cosine", "step", "poly", "constant")
 ITER_UNITS = ("epoch", "batch")
 IMAGENET_TRAIN_IMAGES = 1_281_167  # what an "epoch" of synthetic data counts
+# What a run that leaves --warmup_epochs and --train_crop unset gets (tfcnn.training.plan): ImageNet's 5 warmup
+# epochs and torchvision's crop where they were made for (images near the model's input size, long runs), else a
+# warmup and a view that small images and short runs learn with (docs/training.md; measured in CHANGELOG.md,
+# 2026-12-04).
+WARMUP_EPOCHS = 5.0
+WARMUP_SHARE = 0.1  # the default warmup is at most this share of the run
+SMALL_IMAGES = 0.5  # at most this share of the model's input size, the default view is "small"
 
 
 def option(default, help_text: str):
@@ -48,7 +55,8 @@ class TrainConfig:
     lr_schedule: str = option("cosine", "cosine, step, poly or constant (after the linear warmup)")
     lr_granularity: str = option("step", "how often the learning rate changes: every step, or at each epoch's start "
                                          "(epoch: NVIDIA's PyTorch ConvNets)")
-    warmup_epochs: float = option(5.0, "linear learning-rate warmup length")
+    warmup_epochs: float | None = option(None, f"linear learning-rate warmup length; default: {WARMUP_EPOCHS:g} "
+                                               f"epochs, at most {WARMUP_SHARE:.0%} of the run")
     lr_decay_epochs: tuple = option((30, 60, 80), "step schedule: epochs at which the rate is multiplied by "
                                                   "--lr_decay_factor")
     lr_decay_factor: float = option(0.1, "step schedule factor")
@@ -74,10 +82,12 @@ class TrainConfig:
                                        "NVIDIA's PyTorch ConvNets use fan_in), glorot_uniform (TF1's default: NGC)")
     model_options: dict | None = option(None, "builder options, e.g. zero_init_residual=false,dropout_rate=0.2,"
                                               "bn_epsilon=1e-4 (python -m tfcnn.models NAME lists a model's)")
-    train_crop: str = option("torchvision", "training view: torchvision (RandomResizedCrop, antialiased resize: "
-                                            "NVIDIA's PyTorch ConvNets), inception (sample_distorted_bounding_box on "
-                                            "the records' boxes), ngc (NGC's scripts) or none (the whole image, resized "
-                                            "if it is not the training size, not flipped: data already prepared)")
+    train_crop: str | None = option(None, "training view: torchvision (RandomResizedCrop, antialiased resize: "
+                                          "NVIDIA's PyTorch ConvNets), small (the same, keeping more of the image), "
+                                          "inception (sample_distorted_bounding_box on the records' boxes), ngc (NGC's "
+                                          "scripts) or none (the whole image, resized if it is not the training size, "
+                                          "not flipped: data already prepared); default: small at up to "
+                                          f"{SMALL_IMAGES:.0%} of the model's input size, else torchvision")
     mean: tuple | None = option(None, "normalization mean per RGB channel, 0-255 (default: the model's)")
     std: tuple | None = option(None, "normalization std per RGB channel, 0-255 (default: the model's)")
     augment: str = option("none", "per-image training policy: none, randaugment:N,M (N ops of magnitude M, e.g. "
@@ -105,6 +115,9 @@ class TrainConfig:
     keep_checkpoints: int = option(5, "keep the last K checkpoints")
     benchmark_warmup_steps: int = option(20, "steps excluded from the throughput summary")
     predict: bool = option(False, "after training, evaluate on the validation split (rank 0, one GPU)")
+    validation_every: int = option(1, "with val_data (tfcnn.train from Python): evaluate it at the end of every N-th "
+                                      "epoch and after the last step, every example once over all ranks (0: after the "
+                                      "last step only)")
     elastic: bool = option(False, "elastic training under horovodrun --min-np/--max-np/--host-discovery-script "
                                   "(Gloo): survive lost workers and take in new ones; each rank keeps --batch_size, "
                                   "the lr follows the global batch")
@@ -170,7 +183,7 @@ def validate(config: TrainConfig) -> None:
                ("larc_mode", LARC_MODES), ("weight_decay_set", WEIGHT_DECAY_SETS),
                ("lr_granularity", LR_GRANULARITIES), ("weight_init", WEIGHT_INITS), ("train_crop", TRAIN_CROPS))
     for name, valid in choices:
-        if getattr(config, name) not in valid:
+        if getattr(config, name) not in valid and not (name == "train_crop" and config.train_crop is None):
             raise ValueError(f"--{name} must be one of {', '.join(valid)}, received: {getattr(config, name)!r}")
     positive = ("batch_size", "num_iter", "display_every", "keep_checkpoints", "elastic_commit_every",
                 "grad_accum_steps")
@@ -178,6 +191,10 @@ def validate(config: TrainConfig) -> None:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"--{name} must be a positive integer, received: {value!r}")
+    if isinstance(config.validation_every, bool) or not isinstance(config.validation_every, int) \
+            or config.validation_every < 0:
+        raise ValueError(f"--validation_every must be an integer >= 0 (epochs; 0: after the last step only), "
+                         f"received: {config.validation_every!r}")
     for name in ("num_classes", "image_size", "optimizer_batch_size"):
         value = getattr(config, name)
         if value is not None and (not isinstance(value, int) or value <= 0):
@@ -185,7 +202,7 @@ def validate(config: TrainConfig) -> None:
     non_negative = ("lr", "warmup_epochs", "weight_decay", "momentum", "checkpoint_every",
                     "benchmark_warmup_steps", "max_minutes", "larc_eta")
     for name in non_negative:
-        if getattr(config, name) < 0:
+        if getattr(config, name) is not None and getattr(config, name) < 0:
             raise ValueError(f"--{name} must be >= 0, received: {getattr(config, name)!r}")
     if not 0 <= config.label_smoothing < 1:
         raise ValueError(f"--label_smoothing must be in [0, 1), received: {config.label_smoothing!r}")

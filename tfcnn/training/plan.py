@@ -14,8 +14,10 @@ import os
 
 from tfcnn import checkpoints, distributed
 from tfcnn.data import pipeline
+from tfcnn.data.preprocessing import TRAIN_VIEWS
 from tfcnn.models import DataConfig, model_info
-from tfcnn.training.config import IMAGENET_TRAIN_IMAGES, TrainConfig, validate
+from tfcnn.training.config import (IMAGENET_TRAIN_IMAGES, SMALL_IMAGES, WARMUP_EPOCHS, WARMUP_SHARE, TrainConfig,
+                                   validate)
 
 CONFIG_FILE = "config.json"
 # What runs made before a field existed did: no accumulation, Keras' SGD momentum.
@@ -38,6 +40,7 @@ class Plan:
     # Progress in images, which is what epochs are: an elastic run changes global_batch with the world size.
     epoch_images: int = 0  # images per epoch (steps_per_epoch x global_batch; an elastic run: the records)
     start_images: int = 0  # images trained on before start_step
+    notes: list = dataclasses.field(default_factory=list)  # options set far from their intended use, one line each
 
     @property
     def num_classes(self) -> int:
@@ -91,10 +94,12 @@ def make_plan(config: TrainConfig, train_records: int | None = None) -> Plan:
         raise ValueError(f"{records} training images cannot fill one global batch of {global_batch} "
                          f"(--batch_size {config.batch_size}{accumulated} x {distributed.size()} ranks)")
     total = config.num_iter * steps_per_epoch if config.iter_unit == "epoch" else config.num_iter
+    notes = far_from_intended_use(config, total / steps_per_epoch, info.input_size)
+    config = _fit_defaults(config, total / steps_per_epoch, info.input_size)
     # An elastic run counts epochs in records: the same on every rank whatever the world size.
     plan = Plan(config, global_batch, steps_per_epoch, total, data.replace(input_size=config.image_size), options,
                 checkpoint=checkpoint, init=init, init_classes=init_classes,
-                epoch_images=records if config.elastic else steps_per_epoch * global_batch)
+                epoch_images=records if config.elastic else steps_per_epoch * global_batch, notes=notes)
     if checkpoint:
         record = checkpoints.check_compatible(checkpoint, config.model, config.num_classes,
                                               f"--log_dir {config.log_dir}")
@@ -176,6 +181,40 @@ def _resolve(config: TrainConfig, weights_input_size: int) -> TrainConfig:
                 raise ValueError(f"--log_dir {config.log_dir} holds a run with {key} {then!r}, not "
                                  f"--{key} {now!r}: use another --log_dir, or the same --{key} to resume")
     return dataclasses.replace(config, num_classes=num_classes, image_size=image_size, seed=seed)
+
+
+def _fit_defaults(config: TrainConfig, epochs: float, input_size: int) -> TrainConfig:
+    """--warmup_epochs and --train_crop when unset: WARMUP_EPOCHS, at most WARMUP_SHARE of the run's `epochs` (a
+    resumed run keeps its own); "small" at up to SMALL_IMAGES of the model's `input_size`, else "torchvision"."""
+    warmup = config.warmup_epochs
+    if warmup is None:
+        warmup = (previous_config(config.log_dir) or {}).get("warmup_epochs")
+    if warmup is None:
+        warmup = min(WARMUP_EPOCHS, round(WARMUP_SHARE * epochs, 4))
+    crop = config.train_crop or ("small" if _small(config.image_size, input_size) else "torchvision")
+    return dataclasses.replace(config, warmup_epochs=warmup, train_crop=crop)
+
+
+def _small(image_size: int, input_size: int) -> bool:
+    """Whether images of image_size are small for a model of input_size, for which ImageNet's crop is made."""
+    return image_size <= SMALL_IMAGES * input_size
+
+
+def far_from_intended_use(config: TrainConfig, epochs: float, input_size: int) -> list[str]:
+    """A line for each option set (by the user or a recipe) far from what it was made for: a warmup of more than
+    half the run, an ImageNet crop of images at up to SMALL_IMAGES of the model's input size."""
+    notes = []
+    if config.warmup_epochs is not None and config.warmup_epochs > epochs / 2:
+        notes.append(f"note: --warmup_epochs {config.warmup_epochs:g} is more than half of this {epochs:g}-epoch "
+                     f"run: the learning rate peaks late and decays at once. Unset, the warmup is at most "
+                     f"{WARMUP_SHARE:.0%} of the run")
+    crop = config.train_crop
+    if crop not in (None, "small", "none") and _small(config.image_size, input_size):
+        notes.append(f"note: --train_crop {crop} crops as little as {TRAIN_VIEWS[crop].area[0]:.0%} of an image, "
+                     f"made for photos at the model's {input_size} px; at --image_size {config.image_size} small "
+                     f"images learn faster with --train_crop small (keeping {TRAIN_VIEWS['small'].area[0]:.0%} or "
+                     f"more), the default at this size")
+    return notes
 
 
 def previous_config(log_dir):

@@ -20,6 +20,7 @@ from tfcnn.training.elastic import train_elastic
 from tfcnn.training.plan import CONFIG_FILE, Plan, make_plan
 from tfcnn.training.stopping import StopRequest
 from tfcnn.training.trainer import build_trainer, fit_segment, predict
+from tfcnn.training.validation import Validator
 
 
 def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, batches=None,
@@ -29,8 +30,9 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
     callbacks: extra Keras callbacks, run after tfcnn's own (logging, checkpoints) at every step; their
     `self.model` is the ClassifierTrainer, whose `.model` is the zoo model.
     train_data, val_data: data in memory instead of the config's records (tfcnn.data.memory: (x, y) arrays
-    or a Dataset of (image, label)); each rank takes its share. val_data is evaluated after training, each
-    example once over all ranks. Not with --elastic.
+    or a Dataset of (image, label)); each rank takes its share. val_data is evaluated at the end of every
+    --validation_every-th epoch and after training, each example once over all ranks (training.validation);
+    the summary's `validation_history` lists each result. Not with --elastic.
     batches: this rank's training batches (a tf.data.Dataset of uint8 images [rank_batch, size, size, 3]
     and int32 labels, from the run's first step on), used as they are; then epoch_images says how many
     images an epoch is. Not with --elastic.
@@ -41,7 +43,7 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
     """
     distributed.init()
     given = batches is not None or train_data is not None
-    if given and config.elastic:
+    if (given or val_data is not None) and config.elastic:
         raise ValueError("--elastic trains on --data_dir's records only, not on data given in memory")
     if batches is not None and not epoch_images:
         raise ValueError("training on given batches needs epoch_images (the images of an epoch)")
@@ -61,6 +63,7 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
         atomic_write_text(os.path.join(config.log_dir, CONFIG_FILE), config.to_json())
     if chief:
         _print_start(plan, f"{epoch_images:,} examples in memory" if given else None)
+    validator = None
     with StopRequest(config.stop_signals, config.max_minutes) as stop:
         if config.elastic:
             model, trainer, progress = train_elastic(plan, callbacks, stop=stop)
@@ -75,11 +78,16 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
                     num_classes=plan.num_classes, seed=config.seed + 1_000_003 * distributed.rank(),
                     start_step=plan.start_images // plan.global_batch, num_shards=distributed.size(),
                     shard_index=distributed.rank(), train_crop=config.train_crop, augment=config.augment)
-            progress = fit_segment(trainer, checkpoint, plan, lambda step: lr(step - 1), callbacks=callbacks,
+            if val_data is not None:
+                validator = Validator(trainer, plan, val_data)
+            progress = fit_segment(trainer, checkpoint, plan, lambda step: lr(step - 1),
+                                   after=[validator] if validator is not None else [], callbacks=callbacks,
                                    stop=stop, dataset=batches)
     summary = {"config": dataclasses.asdict(config), "steps_per_epoch": plan.steps_per_epoch,
                "global_batch": plan.global_batch, "ranks": distributed.size(),
                "data_config": plan.data_config.to_dict(), "model": model, **progress}
+    if validator is not None:
+        summary["validation_history"] = validator.history
     if "stopped" in progress:
         summary["preempted"] = summary.pop("stopped")
         if chief:
@@ -90,10 +98,10 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
             from tfcnn.training.export import export_saved_model
 
             summary["saved_model"] = export_saved_model(model, config.export_dir, config.data_dir)
-        if val_data is not None:  # every rank counts its share
-            summary["validation"] = predict(trainer, plan, val_data)
-        elif config.predict and chief:
+        if config.predict and chief and validator is None:
             summary["validation"] = predict(trainer, plan)
+    if validator is not None:  # every rank counts its share (the last step's validation, when it made one)
+        summary["validation"] = validator.final(progress["end_step"])
     if chief:
         summary["checkpoints"] = checkpoints.checkpoint_dir(config.log_dir) if config.log_dir else None
         _print_summary(summary)
@@ -112,7 +120,7 @@ def _print_start(plan: Plan, given_data: str | None):
           + (f"; resuming from {plan.checkpoint} at step {plan.start_step}" if plan.checkpoint else "")
           + ("; --init_weights ignored: resuming takes precedence" if plan.checkpoint and c.init_weights else ""),
           flush=True)
-    for note in startup_notes(c.precision, c.use_xla):
+    for note in startup_notes(c.precision, c.use_xla) + plan.notes:
         print(f"tfcnn: {note}", flush=True)
 
 

@@ -1,0 +1,75 @@
+"""Validation on data held in memory while training (tfcnn.train's val_data), as Keras' `fit(validation_data=...)`
+scores it: at the end of every --validation_every-th epoch and after the last step.
+
+Every rank evaluates its share (tfcnn.data.memory: every size-th example) of the same model (the trainer keeps
+every variable alike on all ranks) and the counts are summed, so each example counts once over all ranks;
+with --ema_decay the weight average is what is scored. Rank 0 prints
+each result, appends it to metrics.jsonl (`step, epoch, val_top1, val_top5, val_count`) and writes it to
+TensorBoard (`tensorboard/validation`: top1 and top5, beside training's top1), and every rank keeps the history.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import tensorflow as tf
+
+from tfcnn import distributed
+from tfcnn.training.callbacks import METRICS_FILE
+from tfcnn.training.plan import Plan
+from tfcnn.training.trainer import predict
+
+
+class Validator(tf.keras.callbacks.Callback):
+    """Scores val_data at the end of every plan.config.validation_every-th epoch (none with 0) and, through
+    `final`, after training. A step at which the ranks agreed to stop is not scored: the run is not done, and
+    a time limit may be near."""
+
+    _supports_tf_logs = True
+
+    def __init__(self, trainer, plan: Plan, data):
+        super().__init__()
+        self.trainer, self.plan, self.data = trainer, plan, data
+        self.history = []  # one dict per validation: step, epoch, count, top1, top5, top1_correct, top5_correct
+        log_dir = plan.config.log_dir if distributed.is_chief() else None
+        self.metrics_path = os.path.join(log_dir, METRICS_FILE) if log_dir else None
+        self.writer = (tf.summary.create_file_writer(os.path.join(log_dir, "tensorboard", "validation"))
+                       if log_dir else None)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.plan.start_step + batch + 1
+        every = self.plan.config.validation_every
+        epoch = round(self.plan.epoch_at(step))
+        if (every and self.plan.ends_epoch(step) and epoch % every == 0 or step == self.plan.total_steps) \
+                and not self.trainer.stop_training:
+            self.validate(step)
+
+    def final(self, step: int) -> dict:
+        """The validation of the weights after training, which ended at `step`: the one made at that step, if
+        any, else a new one. Every rank calls it."""
+        if not self.history or self.history[-1]["step"] != step:
+            self.validate(step)
+        return self.history[-1]
+
+    def validate(self, step: int) -> dict:
+        with self.trainer.inference_weights():
+            scores = predict(self.trainer, self.plan, self.data)
+        record = {"step": step, "epoch": round(self.plan.epoch_at(step), 4), **scores}
+        self.history.append(record)
+        if distributed.is_chief():
+            self._emit(record)
+        return record
+
+    def _emit(self, record):
+        print(f"validation at step {record['step']} (epoch {record['epoch']:.2f}): top1 {100 * record['top1']:.2f}%, "
+              f"top5 {100 * record['top5']:.2f}% over {record['count']} images", flush=True)
+        if self.metrics_path:
+            logged = {"step": record["step"], "epoch": record["epoch"], "val_top1": record["top1"],
+                      "val_top5": record["top5"], "val_count": record["count"]}
+            with open(self.metrics_path, "a") as f:
+                f.write(json.dumps(logged) + "\n")
+        if self.writer:
+            with self.writer.as_default(step=record["step"]):
+                tf.summary.scalar("top1", record["top1"])
+                tf.summary.scalar("top5", record["top5"])
+            self.writer.flush()
