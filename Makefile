@@ -85,7 +85,7 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 NCCL ?= 1
 WANT_GPU_OPS := $(if $(and $(filter 1,$(HAS_GPU)),$(filter 1,$(NCCL))),1,0)
 TF_PACKAGE := $(if $(filter 1,$(HAS_GPU)),tensorflow[and-cuda],tensorflow-cpu)==$(TF_VERSION)
-LANE_ID := TensorFlow $(TF_VERSION) ($(TF_PACKAGE)), Python $(PY_VERSION)
+LANE_ID := TensorFlow $(TF_VERSION)$(if $(filter 1,$(HAS_GPU)), with CUDA), Python $(PY_VERSION)
 # Built Horovod wheels, each under a name that says what it fits (patches/build_horovod.sh).
 HOROVOD_CACHE := $${XDG_CACHE_HOME:-$$HOME/.cache}/tfcnn
 BUILD_HOROVOD := HOROVOD_VERSION=$(HOROVOD_VERSION) WANT_MPI=$(HAS_MPI) WANT_GPU=$(WANT_GPU_OPS) \

@@ -65,3 +65,11 @@ def test_horovodrun_exits_with_the_status_every_worker_exited_with(tmp_path):
                               capture_output=True, text=True, timeout=120, cwd=run_dir)
         assert done.returncode == status, done.stdout[-2000:] + done.stderr[-2000:]
     assert "every process exited with status" not in done.stdout + done.stderr  # a mix: Horovod's own message
+
+
+def test_the_build_check_counts_a_framework_only_with_its_library():
+    """Patch 16: horovodrun --check-build marked PyTorch available without PyTorch or its Horovod extension."""
+    from horovod.common.util import extension_available
+
+    assert extension_available("tensorflow") is True
+    assert extension_available("torch") is False

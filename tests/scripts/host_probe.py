@@ -47,6 +47,8 @@ def where(config: dict) -> dict:
 def main():
     train_probe.main()
     record = where(json.loads(sys.argv[1]))
+    # No rank leaves (closing its connections) before every rank has recorded them.
+    distributed.allreduce(0.0, name="host_probe_recorded")
     with open(os.path.join(sys.argv[2], f"host{distributed.rank()}.json"), "w") as f:
         json.dump(record, f, indent=1)
 
