@@ -23,13 +23,14 @@ step conversion "2/5 converting it to TFRecords (imagenet_prep, shorter side cap
     --bbox_dir "$out/raw/bbox" --output_dir "$out/tfrecords" --train_shards 8 --validation_shards 2 \
     --resize shorter:56 --quality 90
 
-# The work chosen by measurement (CHANGELOG): at 48 px with AdamW, 8 epochs reach 94-96.5% top-1 where SGD at
-# 64 px needed 16, in 0.42x the time (2-core EPYC, oneDNN held to AVX2; 10 epochs of SGD at 48 px: 72-78%).
+# The work chosen by measurement (CHANGELOG): at 48 px with AdamW, 8 epochs reach 93.5-96.5% top-1 where SGD at
+# 64 px needed 16, in 0.42x the time (2-core EPYC, oneDNN held to AVX2; 10 epochs of SGD at 48 px: 72-78%). The
+# training view is the default for images this small (--train_crop small).
 step training "3/5 training resnet18 at 48 px with horovodrun -np $ranks (Gloo), 8 epochs of AdamW"
 rm -rf "$out/run" "$out/saved_model"
 "$bin/horovodrun" --gloo -np "$ranks" -H "localhost:$ranks" "$bin/python" -m tfcnn.train --model resnet18 \
     --data_dir "$out/tfrecords" --image_size 48 --batch_size 32 --num_iter 8 --optimizer adamw --lr 0.02 \
-    --weight_decay 0.05 --warmup_epochs 1 --train_crop inception --display_every 30 --log_dir "$out/run" \
+    --weight_decay 0.05 --warmup_epochs 1 --display_every 30 --log_dir "$out/run" \
     --export_dir "$out/saved_model" --seed 1
 
 step evaluation "4/5 evaluating the last checkpoint on the validation split (python -m tfcnn.evaluate)"
