@@ -30,7 +30,7 @@ import argparse
 import dataclasses
 import sys
 
-from tfcnn.options import IMAGENET_MEAN, IMAGENET_STD
+from tfcnn.options import IMAGENET_MEAN, IMAGENET_STD, NGC_MEAN, NGC_STD
 
 # The tolerances of tests/test_recipes.py, which reads them from here: per-step loss and per-tensor
 # accumulated update, relative, tfcnn's trainer against the reference's (float64 over 20 steps, float32 over
@@ -40,7 +40,6 @@ UPDATE_RTOL = 1e-3
 
 NGC = "NGC TF 20.10-tf1 nvidia-examples/cnn"
 DLE = "DLE@729963dd PyTorch/Classification/ConvNets"  # NVIDIA/DeepLearningExamples
-NGC_MEAN, NGC_STD = (121.0, 115.0, 100.0), (70.0, 68.0, 71.0)  # nvutils/runner.py:114-115
 
 TESTS = "tests/test_recipes.py"
 

@@ -36,6 +36,9 @@ def initialize(model, scheme: str, seed: int) -> None:
     if scheme == "model":
         return
     for layer in weighted_layers(model):
+        if isinstance(layer, layers.SeparableConv2D):
+            _initialize_separable(layer, scheme, seed)
+            continue
         kernel = getattr(layer, "depthwise_kernel", None) if isinstance(layer, layers.DepthwiseConv2D) else \
             getattr(layer, "kernel", None)
         if kernel is None:
@@ -57,6 +60,26 @@ def initialize(model, scheme: str, seed: int) -> None:
             bias_value = np.zeros(bias.shape, np.float32) if bias is not None else None
         if bias is not None:
             bias.assign(bias_value)
+
+
+def _initialize_separable(layer, scheme, seed) -> None:
+    """A separable convolution (NGC's Xception; PyTorch has none): glorot_uniform with the fans TF1's
+    separable_conv2d draws its two kernels with (depthwise (kh, kw, in, multiplier): kh x kw x in and
+    kh x kw x multiplier; pointwise: in and out); the kaiming schemes take the depthwise kernel as a depthwise
+    convolution's and the pointwise as a 1x1 convolution's. Biases 0."""
+    rng = np.random.default_rng([seed % 2**32, zlib.crc32(layer.name.encode())])
+    kh, kw, channels, multiplier = layer.depthwise_kernel.shape
+    fans_of = {"depthwise_kernel": (kh * kw * channels, kh * kw * multiplier) if scheme == "glorot_uniform" else
+               (kh * kw, kh * kw * channels * multiplier), "pointwise_kernel": layer.pointwise_kernel.shape[-2:]}
+    for attribute, (fan_in, fan_out) in fans_of.items():
+        kernel = getattr(layer, attribute)
+        if scheme == "glorot_uniform":
+            kernel.assign(_uniform(rng, kernel.shape, np.sqrt(6.0 / (fan_in + fan_out))))
+        else:
+            fan = fan_in if scheme == "kaiming_fan_in" else fan_out
+            kernel.assign(rng.standard_normal(kernel.shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / fan)))
+    if layer.bias is not None:
+        layer.bias.assign(np.zeros(layer.bias.shape, np.float32))
 
 
 def _uniform(rng, shape, bound) -> np.ndarray:
