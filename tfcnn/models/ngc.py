@@ -281,10 +281,11 @@ def _register(script, layer_list, *, input_size, min_size, params, gmacs, top1=0
 
 # min_size: the 'valid' stems of the Inceptions need 75 px (as torchvision's Inception V3); Xception's two valid
 # 3x3 convolutions 7; GoogLeNet pads everything 'same'.
-_register("googlenet", GOOGLENET, input_size=224, min_size=1, batch_norm=None, params=0, gmacs=0.0)
-_register("inception_v3", INCEPTION_V3, input_size=299, min_size=75, top1=77.8, params=0, gmacs=0.0)
+_register("googlenet", GOOGLENET, input_size=224, min_size=1, batch_norm=None, params=6_998_552, gmacs=1.583)
+_register("inception_v3", INCEPTION_V3, input_size=299, min_size=75, top1=77.8, params=23_834_568, gmacs=5.713)
 # builder.dropout(x, 0.8) passes a rate to tf.layers.dropout: 80% of the features are dropped in training.
-_register("inception_v4", INCEPTION_V4, input_size=299, min_size=75, dropout=0.8, params=0, gmacs=0.0)
-_register("inception_resnet_v2", INCEPTION_RESNET_V2, input_size=299, min_size=75, dropout=0.8, params=0, gmacs=0.0)
-_register("xception", XCEPTION, input_size=299, min_size=7, batch_norm=(1e-5, 0.99), dropout=0.5, params=0,
-          gmacs=0.0)
+_register("inception_v4", INCEPTION_V4, input_size=299, min_size=75, dropout=0.8, params=42_679_816, gmacs=12.254)
+_register("inception_resnet_v2", INCEPTION_RESNET_V2, input_size=299, min_size=75, dropout=0.8, params=31_574_440,
+          gmacs=9.191)
+_register("xception", XCEPTION, input_size=299, min_size=7, batch_norm=(1e-5, 0.99), dropout=0.5,
+          params=22_855_952, gmacs=8.357)
