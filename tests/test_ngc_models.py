@@ -53,7 +53,8 @@ def built_in_order(build):
 
     with tf.variable_creator_scope(record), without_initializers():
         model = build()
-    return model, order
+    weights = {id(w) for w in model.weights}  # not Keras' step counters
+    return model, [v for v in order if id(v) in weights]
 
 
 def zoo_model(name, size):
