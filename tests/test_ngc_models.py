@@ -196,7 +196,9 @@ CONTROLS = {
     "ngc_resnet18": ("torchvision's shortcut rule (identity where the shape is kept)", dict(shortcut="projection")),
     "ngc_resnet34": ("torchvision's padded stem pool", dict(stem_pool="padded")),
     "ngc_resnet50": ("v1.5's stride, on the 3x3 convolution", dict(stride_on="conv2")),
-    "ngc_resnet101": ("torchvision's shortcut rule", dict(shortcut="projection")),
+    # torchvision's shortcut rule gives the same bottleneck networks: every stage's first block changes the
+    # depth, so nvutils' max-pool shortcut never occurs (ngc_resnet18 shows the rule where it matters).
+    "ngc_resnet101": ("torchvision's padded stem pool", dict(stem_pool="padded")),
     "ngc_resnet152": ("v1.5's stride, on the 3x3 convolution", dict(stride_on="conv2")),
     "ngc_googlenet": ("batch norm after every convolution (torchvision's GoogLeNet)", dict(batch_norm=True)),
     "ngc_inception_v3": ("an average pool in the last module (torchvision's)",
@@ -206,8 +208,8 @@ CONTROLS = {
             "incept_v4_sb", (ngc.conv(64, 1), ngc.conv(96, 3, 1, "valid")),
             (ngc.conv(64, 1), ngc.conv(64, (1, 7)), ngc.conv(64, (7, 1)), ngc.conv(96, 3, 1, "valid")))))),
     "ngc_inception_resnet_v2": ("unscaled residuals", dict(layer_list=rescaled_residuals(ngc.INCEPTION_RESNET_V2, 1.0))),
-    "ngc_xception": ("unpadded ('valid') max pools", dict(layer_list=replace_steps(
-        ngc.XCEPTION, ngc.max_pool(3, 2, "same"), ngc.max_pool(3, 2, "valid")))),
+    "ngc_xception": ("nvutils' default batch norm (epsilon 1e-4, decay 0.9), not the script's", dict(
+        bn_epsilon=1e-4, bn_momentum=0.9)),
     "vgg16": ("batch norm after every convolution (vgg16_bn's)", dict(batch_norm=True)),
     "ngc_alexnet": ("torchvision's padding of the first convolution", dict(conv1_padding=2)),
     "overfeat": ("the maps flattened in PyTorch's NCHW order", flattened_nchw("classifier_fc1")),

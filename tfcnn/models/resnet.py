@@ -15,7 +15,8 @@
   (`ngc_resnet50`, ...): the same layers in three other places, options of this builder: the stride on a block's
   first 1x1 convolution (`stride_on="conv1"`); nvutils' shortcut rule (`shortcut="nvutils"`: a projection
   where the input's depth differs from the bottleneck depth, else the identity, or a 1x1 max pool of the
-  stride); the stem's max pool with TensorFlow's 'same' padding (`stem_pool="same"`: windows start at the
+  stride: in the bottleneck networks the same shortcuts as torchvision's, as every stage's first block changes
+  the depth); the stem's max pool with TensorFlow's 'same' padding (`stem_pool="same"`: windows start at the
   first pixel, where the torchvision stem pads one pixel on every side). The script compares the input with
   the bottleneck depth (4 x filters) in basic blocks too, whose output is only filters wide, so every basic
   block of its ResNet-18/34 has a projection shortcut. Batch norm epsilon 1e-4, decay 0.9 (nvutils/builder.py).
