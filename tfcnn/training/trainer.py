@@ -322,7 +322,8 @@ def predict(trainer: ClassifierTrainer, plan: Plan, data=None) -> dict:
     """Top-1/top-5 of the trained model: on the whole validation split, in this one process; or on `data`
     held in memory (tfcnn.data.memory), every rank counting its share, the counts summed over ranks."""
     view = plan.data_config
-    options = dict(num_classes=plan.num_classes, crop_fraction=view.crop_fraction, interpolation=view.interpolation)
+    options = dict(num_classes=plan.num_classes, crop_fraction=view.crop_fraction, interpolation=view.interpolation,
+                   eval_crop=view.eval_crop)
     if data is None:
         dataset = backends.build_dataset(plan.config.data_backend, plan.config.data_dir, "validation",
                                          plan.config.batch_size, plan.image_size, **options)
