@@ -70,7 +70,15 @@ def pixels(seed, batch, size):
 
 def reference_model(name, tmp_path):
     """The model loaded with its reference-weight fixture (non-trivial weights and batch-norm statistics),
-    at the fixture's small input size."""
+    at the fixture's small input size; an NGC network with the weights its fixture generates."""
+    import test_ngc_models
+
+    if name in test_ngc_models.PROVEN and not os.path.exists(os.path.join(weightgen.FIXTURES, f"{name}.json")):
+        recorded = test_ngc_models.fixture(name)
+        model, variables = test_ngc_models.zoo_model(name, recorded["input_size"])
+        for variable, their_name, shape in test_ngc_models.name_mapping(variables, recorded["variables"]):
+            variable.assign(weightgen.tf_variable(their_name, shape, recorded["seed"]))
+        return model, None
     fixture = weightgen.fixture(name)
     size = fixture["input_size"]
     path = weightgen.write_safetensors(fixture, tmp_path / "reference.safetensors")
