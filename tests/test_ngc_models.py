@@ -207,7 +207,8 @@ CONTROLS = {
         ngc.INCEPTION_V4, ngc.INCEPTION_V4[4], ngc.module(
             "incept_v4_sb", (ngc.conv(64, 1), ngc.conv(96, 3, 1, "valid")),
             (ngc.conv(64, 1), ngc.conv(64, (1, 7)), ngc.conv(64, (7, 1)), ngc.conv(96, 3, 1, "valid")))))),
-    "ngc_inception_resnet_v2": ("unscaled residuals", dict(layer_list=rescaled_residuals(ngc.INCEPTION_RESNET_V2, 1.0))),
+    "ngc_inception_resnet_v2": ("unscaled residuals", dict(
+        layer_list=rescaled_residuals(ngc.INCEPTION_RESNET_V2, 1.0))),
     "ngc_xception": ("nvutils' default batch norm (epsilon 1e-4, decay 0.9), not the script's", dict(
         bn_epsilon=1e-4, bn_momentum=0.9)),
     "vgg16": ("batch norm after every convolution (vgg16_bn's)", dict(batch_norm=True)),
