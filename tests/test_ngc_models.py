@@ -277,4 +277,4 @@ def test_python_m_tfcnn_train_runs_an_ngc_recipe(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "step       2/2" in done.stdout, done.stdout[-2000:]
     record = checkpoints.describe(checkpoints.latest_checkpoint(str(tmp_path)))
-    assert record.name == "ngc_googlenet" and record.data_config["eval_crop"] == "ngc"
+    assert record.model == "ngc_googlenet" and record.data_config["eval_crop"] == "ngc"
