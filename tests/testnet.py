@@ -86,3 +86,24 @@ def write_checkpoint(directory, name, num_classes=2, size=32, seed=11, **overrid
 def unregister():
     for name in VARIANTS:
         registry._REGISTRY.pop(name, None)  # tests only: the registry offers no removal
+
+
+def checkpoint_values(path) -> dict:
+    """Every variable a tfcnn checkpoint holds, by name: weights, batch-norm moving statistics, optimizer
+    slots and iterations, step, weight average, loss scale, run counters, the record. All but the
+    checkpoint's own count of saves, which a run stopped and resumed has more of than one that was not."""
+    reader = tf.train.load_checkpoint(str(path))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name != "_CHECKPOINTABLE_OBJECT_GRAPH" and not name.startswith("save_counter/")}
+
+
+def assert_same_values(got: dict, want: dict) -> None:
+    """Every variable of `want` in `got`, bit for bit; the error names those that differ, largest first."""
+    assert sorted(got) == sorted(want), f"variables differ: {sorted(set(got) ^ set(want))}"
+    differ = {}
+    for name, value in want.items():
+        if not np.array_equal(got[name], value):
+            numeric = np.asarray(value).dtype.kind in "fiu"
+            differ[name] = float(np.max(np.abs(got[name].astype(np.float64) - value))) if numeric else np.nan
+    worst = sorted(differ.items(), key=lambda item: -np.nan_to_num(item[1], nan=np.inf))[:5]
+    assert not differ, f"{len(differ)} of {len(want)} variables differ (largest: {worst})"

@@ -93,17 +93,24 @@ def is_chief() -> bool:
     return rank() == 0
 
 
-def average_gradients(grads, compression: bool = False):
-    """Averages a list of gradients over all ranks in one grouped allreduce.
+def average_gradients(grads, compression: bool = False, state=()):
+    """(gradients, state) averaged over all ranks in one grouped allreduce.
 
-    compression: send fp16 over the wire (halves traffic; scaled fp16-training gradients that overflow
-    become inf on every rank alike, and the loss-scale optimizer then skips that step everywhere).
+    state: tensors every rank must hold alike after the step (batch-norm moving statistics, the stop
+    flag), averaged in the same collective. compression: send the gradients as fp16 over the wire
+    (halves traffic; scaled fp16-training gradients that overflow become inf on every rank alike, and
+    the loss-scale optimizer then skips that step everywhere); the state then takes a second, exact
+    allreduce (a moving variance can exceed fp16's range).
     """
+    grads, state = list(grads), list(state)
     if not _collective():
-        return list(grads)
+        return grads, state
     dense = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
-    codec = _hvd.Compression.fp16 if compression else _hvd.Compression.none
-    return _hvd.grouped_allreduce(dense, op=_hvd.Average, compression=codec)
+    if not compression:
+        averaged = _hvd.grouped_allreduce(dense + state, op=_hvd.Average)
+        return averaged[:len(dense)], averaged[len(dense):]
+    return (_hvd.grouped_allreduce(dense, op=_hvd.Average, compression=_hvd.Compression.fp16),
+            _hvd.grouped_allreduce(state, op=_hvd.Average) if state else [])
 
 
 def broadcast_variables(variables, root_rank: int = 0) -> None:
@@ -117,13 +124,6 @@ def allreduce(value, average: bool = True, name: str | None = None):
     if not _collective():
         return tf.convert_to_tensor(value)
     return _hvd.allreduce(tf.convert_to_tensor(value), op=_hvd.Average if average else _hvd.Sum, name=name)
-
-
-def average_variables(variables) -> None:
-    """Replaces each variable by its mean over ranks (e.g. batch-norm moving statistics)."""
-    if _collective() and variables:
-        for variable, mean in zip(variables, _hvd.grouped_allreduce(list(variables), op=_hvd.Average)):
-            variable.assign(mean)
 
 
 def broadcast_object(obj, root_rank: int = 0):

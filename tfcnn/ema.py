@@ -5,9 +5,8 @@ d = min(decay, (1 + step) / (10 + step)) as TensorFlow's ExponentialMovingAverag
 does, so early averages are not dominated by the random initialization. All of `model.weights` are
 averaged, batch-norm moving statistics included, so the averaged model is self-consistent.
 
-Under Horovod the trainable weights are identical on every rank after each step, so are their
-averages; the batch-norm statistics are per rank until `Checkpointer` averages them over ranks, and
-their averages with them (`averages_of`), before anything is saved, exported or evaluated.
+Under Horovod every weight, the batch-norm statistics included (the trainer averages them over ranks at
+every step), is identical on every rank after each step, and so are their averages.
 """
 from __future__ import annotations
 
@@ -48,11 +47,6 @@ class WeightAverage(tf.Module):
         """Starts the averages at the model's current weights."""
         for average, weight in zip(self.averages, self.weights):
             average.assign(tf.cast(weight, tf.float32))
-
-    def averages_of(self, variables) -> list:
-        """The averages of some of the model's variables (e.g. its batch-norm statistics)."""
-        index = {w.ref(): i for i, w in enumerate(self.weights)}
-        return [self.averages[index[v.ref()]] for v in variables]
 
     def copy_to_model(self) -> None:
         for weight, average in zip(self.weights, self.averages):

@@ -1,8 +1,8 @@
 """The callbacks of a training run: progress (printing, metrics.jsonl, TensorBoard, the non-finite loss
 watch) and checkpoints.
 
-Side effects happen on rank 0; the collectives around them (metric averaging, batch-norm statistics
-averaging, the finiteness checks) run on every rank at the same steps, so no rank ever waits on another.
+Side effects happen on rank 0; the collectives around them (metric averaging, the finiteness checks) run
+on every rank at the same steps, so no rank ever waits on another.
 """
 from __future__ import annotations
 
@@ -154,9 +154,10 @@ def _drop_records_after(path, step):
 
 
 class Checkpointer(tf.keras.callbacks.Callback):
-    """Every checkpoint_every steps, at each epoch end and at the last step: batch-norm statistics
-    averaged over ranks, a check that no weight is NaN or infinite (both on all ranks, so all take the
-    same decision), then rank 0 saves through the CheckpointManager (which keeps the last K)."""
+    """Every checkpoint_every steps, at each epoch end and at the last step: a check that no weight is
+    NaN or infinite (on all ranks, so all take the same decision), then rank 0 saves through the
+    CheckpointManager (which keeps the last K). Every rank holds the same variables (the trainer keeps
+    even the batch-norm statistics alike), so rank 0's checkpoint is every rank's state."""
 
     _supports_tf_logs = True
 
@@ -174,7 +175,6 @@ class Checkpointer(tf.keras.callbacks.Callback):
     def save(self, step: int) -> str:
         """The checkpoint of `step` (every rank calls this); its path. Written once per step."""
         if self.saved_step != step:
-            self.trainer.average_statistics_over_ranks()
             if not all_finite(self.trainer.model.variables):
                 raise NonFiniteLossError(f"the weights became NaN or infinite by step {step}: stopping without "
                                          f"saving them. {_divergence_advice(self.trainer, self.plan)}")

@@ -85,7 +85,6 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
         if chief:
             _print_stop(summary)
         return summary
-    trainer.average_statistics_over_ranks()  # without a --log_dir no checkpoint did it
     with trainer.inference_weights():
         if config.export_dir and chief:
             from tfcnn.training.export import export_saved_model

@@ -4,8 +4,8 @@ SIGTERM or a chosen signal some seconds before they kill) or at a time limit (--
 Any rank may be the one that receives the signal, or whose clock runs out. Its handler only takes note;
 at the start of the next step the rank raises its stop flag, and the flag travels in that step's
 gradient allreduce (one more scalar in the same grouped collective, no collective of its own). The step
-ends with every rank knowing the same answer, so all stop after the same step. Then the batch-norm
-statistics are averaged and rank 0 writes the checkpoint of that step (nothing of the run is lost:
+ends with every rank knowing the same answer, so all stop after the same step. Then rank 0 writes the
+checkpoint of that step, which every rank holds alike (nothing of the run is lost:
 the step being computed when the signal came is completed and saved), every rank waits for the save, and
 train() reports the run as stopped; examples/train.py exits with PREEMPTED_EXIT_CODE: "resume me".
 Rerunning the same command resumes from that checkpoint, exactly as after any checkpoint.
