@@ -204,8 +204,9 @@ def build_trainer(plan: Plan, log=print, lr=None, state=None, broadcast=True):
     else loaded from the initial weights (on rank 0), then broadcast from rank 0 to every rank.
 
     lr: the optimizer's schedule (default: --lr per 256 images scaled to the global batch, by step).
-    state: more variables to checkpoint, restore and broadcast, by name (restored only from checkpoints that hold them). broadcast: False for
-    an elastic run, whose state sync does it (a collective here could not be matched by the running ranks).
+    state: more variables to checkpoint, restore and broadcast, by name (restored only from checkpoints
+    that hold them). broadcast: False for an elastic run, whose state sync does it (a collective here
+    could not be matched by the running ranks).
     """
     state = dict(state or {})
     config = plan.config
