@@ -100,8 +100,8 @@ def _ngc(script, model, lr_init, global_batch, *, batch_size=256, weight_decay=1
 # What no CPU can settle: the accuracy itself, on ImageNet with 8 GPUs (fp16 there is TF1's fp16 compute on fp32
 # variables, as Keras' mixed_float16).
 NGC_DIFFERS = ("the random streams (initial draws, crops, order) are tfcnn's; batch-norm moving statistics are "
-               "averaged over the ranks at each checkpoint (each GPU kept its own, rank 0's were saved); no ImageNet "
-               "run here")
+               "averaged over the ranks at every step, in the gradients' allreduce (the scripts' GPUs each kept "
+               "their own, and rank 0's were saved); no ImageNet run here")
 # The scripts' README in the version tfcnn was created from (20.10's own README no longer states them).
 NGC_README = ("(8 GPUs, fp16): the nvidia-examples/cnn README, 'after training' (../shared/seeds/"
               "ngc-tf-nvidia-examples-cnn-README.txt:19,39)")
