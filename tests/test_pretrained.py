@@ -105,6 +105,15 @@ def test_the_table_check_notices_a_missing_or_invented_entry():
         f"vgg11: torchvision:IMAGENET1K_V1: {wrong, None, 'bsd-3-clause'} recorded as {right, None, 'bsd-3-clause'}"]
 
 
+def test_a_torchvision_models_reference_top1_is_torchvisions():
+    """A model with torchvision's definition states the acc@1 torchvision publishes for its IMAGENET1K_V1 weights,
+    except resnet50, which states NVIDIA's result (tfcnn/models/resnet.py)."""
+    stated = {name: model_info(name).top1 for name in list_models()
+              if model_info(name).reference.startswith("torchvision ") and name != "resnet50"}
+    published = {name: RECORDED["models"][name]["files"]["torchvision:IMAGENET1K_V1"]["acc@1"] for name in stated}
+    assert {n: round(t, 2) for n, t in stated.items()} == {n: round(t, 2) for n, t in published.items()}
+
+
 def test_defaults_follow_the_stated_rule():
     """"imagenet": timm's republished torchvision weights (tv_in1k) for torchvision's definitions, else
     torchvision's DEFAULT; timm's default tag for timm's, or its first permissive one where the default is
