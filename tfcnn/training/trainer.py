@@ -74,7 +74,8 @@ class ClassifierTrainer(tf.keras.Model):
         self.first_nonfinite_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="first_nonfinite_step")
         self.loss_metric = tf.keras.metrics.Mean("loss")
         self.top1_metric = tf.keras.metrics.SparseCategoricalAccuracy("top1")
-        self._gradients = tf.function(self.compute_gradients, jit_compile=use_xla)
+        # A function of its own only to be compiled: without XLA its boundary costs tracing time and nothing else.
+        self._gradients = tf.function(self.compute_gradients, jit_compile=True) if use_xla else self.compute_gradients
         self.fixed_batch = None
         self.ema = WeightAverage(model, ema_decay) if ema_decay else None
         self.moving_stats = moving_statistics(model)
