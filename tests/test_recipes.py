@@ -319,6 +319,24 @@ def test_initialization_controls_fail(recipe, rule, element, flip):
     assert bad, f"{recipe}: '{element}' went unnoticed"
 
 
+@pytest.mark.parametrize("name, scheme", [("ngc_xception", "glorot_uniform"), ("mobilenet_v2", "kaiming_fan_in")])
+def test_a_fresh_model_is_drawn_once_with_the_values_of_two_draws(name, scheme):
+    """build_trainer's fresh model (build_initialized: what the scheme redraws is never drawn by the builder) holds
+    exactly the weights of the builder's model redrawn by initialize(): separable and depthwise kernels, dense
+    layers, batch norm as the builder leaves it."""
+    from tfcnn.models.initializers import build_initialized, initialize
+
+    build = functools.partial(create_model, name, num_classes=5, input_shape=(32, 32, 3))
+    tf.keras.utils.set_random_seed(3)
+    twice = build()
+    initialize(twice, scheme, 3)
+    tf.keras.utils.set_random_seed(3)
+    once = build_initialized(build, scheme, 3)
+    assert [w.name for w in once.weights] == [w.name for w in twice.weights]
+    differ = [a.name for a, b in zip(once.weights, twice.weights) if not np.array_equal(a.numpy(), b.numpy())]
+    assert not differ, f"{name}: {len(differ)} weights differ, e.g. {differ[:3]}"
+
+
 # ------------------------------------------------------------------------------- the values of each recipe
 
 def nvidia_sources():

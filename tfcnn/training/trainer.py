@@ -27,6 +27,7 @@ so no rank ever waits on another. The run itself (train()) is tfcnn.training.run
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import tensorflow as tf
 
@@ -35,7 +36,7 @@ from tfcnn.data import backends, pipeline, preprocessing
 from tfcnn.ema import WeightAverage
 from tfcnn.metrics import accuracy, count_correct
 from tfcnn.models import create_model
-from tfcnn.models.initializers import initialize
+from tfcnn.models.initializers import build_initialized
 from tfcnn.models.weights import load_weights
 from tfcnn.options import check_mixing, parse_loss_scale
 from tfcnn.precision import set_policy
@@ -215,8 +216,11 @@ def build_trainer(plan: Plan, log=print, lr=None, state=None, broadcast=True):
     # The seed fixes the initial weights too (Keras draws unseeded initializers' seeds from Python's
     # `random`), so a run is reproducible.
     tf.keras.utils.set_random_seed(config.seed)
-    model = create_model(config.model, num_classes=plan.num_classes,
-                         input_shape=(plan.image_size, plan.image_size, 3), **plan.options)
+    build = functools.partial(create_model, config.model, num_classes=plan.num_classes,
+                              input_shape=(plan.image_size, plan.image_size, 3), **plan.options)
+    fresh = plan.init is None and plan.checkpoint is None and not config.init_weights
+    # A fresh model is initialized as the run says; the others are loaded or restored below.
+    model = build_initialized(build, config.weight_init, config.seed) if fresh else build()
     model.data_config = plan.data_config
     warning = small_batch_norm_warning(model, config.batch_size)
     if warning:
@@ -229,8 +233,6 @@ def build_trainer(plan: Plan, log=print, lr=None, state=None, broadcast=True):
         report = load_weights(model, plan.init, head="new" if new_head else "keep", log=log)
         log(f"tfcnn: initial weights from {config.init_weights} ({report['loaded']} tensors; data config: "
             f"{plan.init.data_origin})")
-    elif plan.checkpoint is None and not config.init_weights:  # a fresh model: initialized as the run says
-        initialize(model, config.weight_init, config.seed)
     if lr is None:  # --lr is per 256 images
         lr = config_schedule(config, config.lr * plan.global_batch / 256, plan.total_steps, plan.steps_per_epoch)
     decayed = decayed_variables(model, config.weight_decay_set)
