@@ -32,7 +32,7 @@ import argparse
 import dataclasses
 import sys
 
-from tfcnn.options import IMAGENET_MEAN, IMAGENET_STD, NGC_MEAN, NGC_STD
+from tfcnn.options import IMAGENET_MEAN, IMAGENET_STD, NGC_MEAN, NGC_README_TOP1, NGC_STD
 
 # The tolerances of tests/test_recipes.py, which reads them from here: per-step loss and per-tensor
 # accumulated update, relative, tfcnn's trainer against the reference's (float64 over 20 steps, float32 over
@@ -71,12 +71,12 @@ class Recipe:
 
 def _ngc(script, model, lr_init, global_batch, *, batch_size=256, weight_decay=1e-4, loss_scale=128.0, larc_eta=0.003,
          num_iter=90, precision="fp16", image_size=None, lines="25-47", dropout=None, batch_norm=(1e-4, 0.9),
-         published=None, differs=""):
+         differs=""):
     """An NGC script's recipe: its default_args (`lines` of the script) on nvutils' runner, training `model`, the
     script's network (tests/test_ngc_models.py proves each against the script's builder). dropout: the rate of
     the script's dropout layers (None: it has none); batch_norm: nvutils' (epsilon, decay), or None for a model
-    without batch norm (the ngc_* models' own defaults, stated for the models that are tfcnn's). published: what
-    the scripts' README states, if anything."""
+    without batch norm (the ngc_* models' own defaults, stated for the models that are tfcnn's). Published: what
+    the scripts' README states (NGC_README_TOP1), if anything."""
     options = {"dropout_rate": dropout or 0.0}
     if batch_norm:
         options.update(bn_epsilon=batch_norm[0], bn_momentum=batch_norm[1])
@@ -93,8 +93,9 @@ def _ngc(script, model, lr_init, global_batch, *, batch_size=256, weight_decay=1
         config["image_size"] = image_size
     source = f"{NGC}/{script}.py:{lines} (default_args) on nvutils/runner.py:112-174; README: mpiexec -np 8"
     network = f"{NETWORK_TESTS}: test_network_computes_nvidias_and_its_control_does_not[{model}]"
-    return Recipe(config, source, published or "none published with the scripts", f"{_proof('ngc')}; {network}",
-                  NGC_DIFFERS + differs)
+    top1 = NGC_README_TOP1.get(model)
+    published = f"{top1:g}% {NGC_README}" if top1 else "none published with the scripts"
+    return Recipe(config, source, published, f"{_proof('ngc')}; {network}", NGC_DIFFERS + differs)
 
 
 # What no CPU can settle: the accuracy itself, on ImageNet with 8 GPUs (fp16 there is TF1's fp16 compute on fp32
@@ -146,9 +147,9 @@ RECIPES = {
     "se_resnext101_32x4d_250e": _dle("nvidia_se_resnext101_32x4d", 128, 1024, 1 / 16384, 250,
                                      _table("se-resnext101-32x4d", "543,551", "80.9 +/- 0.08", "80.92 +/- 0.09")),
     # ---- NGC nvidia-examples/cnn: every script but trivial.py (a one-layer smoke test)
-    "ngc_resnet50": _ngc("resnet", "ngc_resnet50", 2.0, 2048, published=f"around 75.5% {NGC_README}"),
+    "ngc_resnet50": _ngc("resnet", "ngc_resnet50", 2.0, 2048),
     "ngc_inception_v3": _ngc("inception_v3", "ngc_inception_v3", 1.0, 1024, batch_size=128, loss_scale=2048.0,
-                             lines="25-45", published=f"77.8% {NGC_README}"),
+                             lines="25-45"),
     "ngc_vgg16": _ngc("vgg", "vgg16", 0.02, 2048, lines="26-45", batch_norm=None, differs=(
         "; the model is tfcnn's vgg16, the script's layers (vgg.py --layers 16)")),
     "ngc_googlenet": _ngc("googlenet", "ngc_googlenet", 0.04, 2048, lines="25-45", batch_norm=None),

@@ -17,9 +17,9 @@ import tensorflow as tf
 
 from tfcnn.models.layers import AdaptiveAveragePooling2D, conv_init, dense_classifier
 from tfcnn.models.registry import ModelInfo, register_model
-from tfcnn.options import EVAL_CROPS, NGC_MEAN, NGC_STD
 from tfcnn.models.weights import (IMAGENET_MEAN, IMAGENET_STD, TORCHVISION_DATA, WeightMap, flattened_nchw,
                                   sequential_conv_modules)
+from tfcnn.options import EVAL_CROPS, NGC_MEAN, NGC_STD
 
 layers = tf.keras.layers
 

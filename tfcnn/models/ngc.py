@@ -42,7 +42,7 @@ import tensorflow as tf
 
 from tfcnn.models.layers import classifier_head
 from tfcnn.models.registry import ModelInfo, register_model
-from tfcnn.options import EVAL_CROPS, NGC_MEAN, NGC_STD
+from tfcnn.options import EVAL_CROPS, NGC_MEAN, NGC_README_TOP1, NGC_STD
 
 layers = tf.keras.layers
 
@@ -264,14 +264,13 @@ def ngc_network(*, layer_list, batch_norm, num_classes, input_shape, name, dropo
     return tf.keras.Model(inputs, logits, name=name)
 
 
-def _register(script, layer_list, *, input_size, min_size, params, gmacs, top1=0.0, batch_norm=(1e-4, 0.9),
-              dropout=0.0):
+def _register(script, layer_list, *, input_size, min_size, params, gmacs, batch_norm=(1e-4, 0.9), dropout=0.0):
     """ngc_{script}: nvidia-examples/cnn/{script}.py's network. batch_norm: its (epsilon, decay), None for none;
     dropout: the script's rate before the classifier. Both are the model's defaults, which overrides replace.
-    top1: what the scripts' README states (Inception V3's 77.8%), else 0."""
+    Reference top-1: what the scripts' README states (NGC_README_TOP1), else none."""
     name = f"ngc_{script}"
     info = ModelInfo(name=name, input_size=input_size, crop_fraction=EVAL_CROPS["ngc"], mean=NGC_MEAN, std=NGC_STD,
-                     top1=top1, params=params, gmacs=gmacs, min_size=min_size, interpolation="bilinear",
+                     top1=NGC_README_TOP1.get(name, 0.0), params=params, gmacs=gmacs, min_size=min_size, interpolation="bilinear",
                      reference=f"NGC nvidia-examples/cnn {script}.py", eval_crop="ngc")
     defaults = dict(dropout_rate=dropout)
     if batch_norm:
@@ -282,7 +281,7 @@ def _register(script, layer_list, *, input_size, min_size, params, gmacs, top1=0
 # min_size: the 'valid' stems of the Inceptions need 75 px (as torchvision's Inception V3); Xception's two valid
 # 3x3 convolutions 7; GoogLeNet pads everything 'same'.
 _register("googlenet", GOOGLENET, input_size=224, min_size=1, batch_norm=None, params=6_998_552, gmacs=1.583)
-_register("inception_v3", INCEPTION_V3, input_size=299, min_size=75, top1=77.8, params=23_834_568, gmacs=5.713)
+_register("inception_v3", INCEPTION_V3, input_size=299, min_size=75, params=23_834_568, gmacs=5.713)
 # builder.dropout(x, 0.8) passes a rate to tf.layers.dropout: 80% of the features are dropped in training.
 _register("inception_v4", INCEPTION_V4, input_size=299, min_size=75, dropout=0.8, params=42_679_816, gmacs=12.254)
 _register("inception_resnet_v2", INCEPTION_RESNET_V2, input_size=299, min_size=75, dropout=0.8, params=31_574_440,

@@ -35,7 +35,7 @@ import tensorflow as tf
 from tfcnn.models.layers import classifier_head, conv_bn, squeeze_excite
 from tfcnn.models.registry import DataConfig, ModelInfo, register_model
 from tfcnn.models.weights import IMAGENET_MEAN, IMAGENET_STD, TORCHVISION_DATA, WeightMap
-from tfcnn.options import NGC_MEAN, NGC_STD
+from tfcnn.options import EVAL_CROPS, NGC_MEAN, NGC_README_TOP1, NGC_STD
 
 layers = tf.keras.layers
 
@@ -196,15 +196,14 @@ _register("nvidia_se_resnext101_32x4d", depths=(3, 4, 23, 3), block="bottleneck"
 
 
 # ---- NVIDIA's NGC nvidia-examples/cnn resnet.py (20.10-tf1): ResNet v1 as its `--layers` builds it.
-NGC_DATA = DataConfig(224, 0.8, NGC_MEAN, NGC_STD, "bilinear", eval_crop="ngc")
 
-
-def _register_ngc(layers_flag, *, depths, block, top1=0.0, params, gmacs):
-    """ngc_resnet{layers_flag}: resnet.py --layers N. top1: the scripts' README states ResNet-50's (75.5%)."""
+def _register_ngc(layers_flag, *, depths, block, params, gmacs):
+    """ngc_resnet{layers_flag}: resnet.py --layers N. Reference top-1: the scripts' README states ResNet-50's
+    (NGC_README_TOP1)."""
     name = f"ngc_resnet{layers_flag}"
     # min_size 1: every padding is TF's 'same' or the stem's 3, so no input is too small.
-    info = ModelInfo(name=name, input_size=224, crop_fraction=NGC_DATA.crop_fraction, mean=NGC_MEAN, std=NGC_STD,
-                     top1=top1, params=params, gmacs=gmacs, min_size=1,
+    info = ModelInfo(name=name, input_size=224, crop_fraction=EVAL_CROPS["ngc"], mean=NGC_MEAN, std=NGC_STD,
+                     top1=NGC_README_TOP1.get(name, 0.0), params=params, gmacs=gmacs, min_size=1,
                      reference=f"NGC nvidia-examples/cnn resnet.py --layers {layers_flag}", eval_crop="ngc")
     register_model(name, resnet, info, defaults=dict(bn_epsilon=1e-4, bn_momentum=0.9), depths=depths, block=block,
                    stage_filters=STAGE_FILTERS, stride_on="conv1", shortcut="nvutils", stem_pool="same")
@@ -212,6 +211,6 @@ def _register_ngc(layers_flag, *, depths, block, top1=0.0, params, gmacs):
 
 _register_ngc(18, depths=(2, 2, 2, 2), block="basic", params=12_043_816, gmacs=1.878)
 _register_ngc(34, depths=(3, 4, 6, 3), block="basic", params=22_716_840, gmacs=3.831)
-_register_ngc(50, depths=(3, 4, 6, 3), block="bottleneck", top1=75.5, params=25_557_032, gmacs=3.858)
+_register_ngc(50, depths=(3, 4, 6, 3), block="bottleneck", params=25_557_032, gmacs=3.858)
 _register_ngc(101, depths=(3, 4, 23, 3), block="bottleneck", params=44_549_160, gmacs=7.57)
 _register_ngc(152, depths=(3, 8, 36, 3), block="bottleneck", params=60_192_808, gmacs=11.282)
