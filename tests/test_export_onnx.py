@@ -74,11 +74,7 @@ def reference_model(name, tmp_path):
     import test_ngc_models
 
     if name in test_ngc_models.PROVEN and not os.path.exists(os.path.join(weightgen.FIXTURES, f"{name}.json")):
-        recorded = test_ngc_models.fixture(name)
-        model, variables = test_ngc_models.zoo_model(name, recorded["input_size"])
-        for variable, their_name, shape in test_ngc_models.name_mapping(variables, recorded["variables"]):
-            variable.assign(weightgen.tf_variable(their_name, shape, recorded["seed"]))
-        return model, None
+        return test_ngc_models.with_generated_weights(name), None
     fixture = weightgen.fixture(name)
     size = fixture["input_size"]
     path = weightgen.write_safetensors(fixture, tmp_path / "reference.safetensors")

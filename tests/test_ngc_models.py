@@ -86,6 +86,24 @@ def name_mapping(variables, recorded):
     return pairs
 
 
+def load(pairs, recorded, generated, adapt=None):
+    """Assigns each tfcnn variable of `pairs` (name_mapping's) the value generated for its NVIDIA name, kept in
+    `generated` for the next network that loads it. adapt(name, value): a control's change of a loaded value."""
+    for variable, their_name, shape in pairs:
+        if their_name not in generated:
+            generated[their_name] = weightgen.tf_variable(their_name, shape, recorded["seed"])
+        value = generated[their_name]
+        variable.assign(adapt(variable.name, value) if adapt else value)
+
+
+def with_generated_weights(name):
+    """tfcnn's network `name` at its fixture's input size, holding the weights NVIDIA's logits were recorded on."""
+    recorded = fixture(name)
+    model, variables = zoo_model(name, recorded["input_size"])
+    load(name_mapping(variables, recorded["variables"]), recorded, {})
+    return model
+
+
 def pooled_shapes(model):
     """Sorted [kind, output shape] of the pools, concatenations and adds (a global pool as NVIDIA's (1, 1, C))."""
     out = []
@@ -116,11 +134,7 @@ def differences(model, variables, recorded, generated, adapt=None):
     if isinstance(pairs, str):
         found["names"] = pairs
         return found, float("inf")
-    for variable, their_name, shape in pairs:
-        if their_name not in generated:
-            generated[their_name] = weightgen.tf_variable(their_name, shape, recorded["seed"])
-        value = generated[their_name]
-        variable.assign(adapt(variable.name, value) if adapt else value)
+    load(pairs, recorded, generated, adapt)
     images = weightgen.images(recorded["seed"], 2, recorded["input_size"])
     expected = weightgen.decode(recorded["logits"], recorded["logits_shape"])
     return found, weightgen.relative_error(model(images, training=False).numpy(), expected)
