@@ -117,8 +117,7 @@ def main(argv=None):
         summary = convert(args.model, args.weights, args.output_dir, num_classes=args.num_classes,
                           new_head=args.new_head, export=args.export, image_size=args.image_size,
                           crop_fraction=args.crop_fraction, interpolation=args.interpolation,
-                          eval_crop=args.eval_crop, mean=args.mean,
-                          std=args.std)
+                          eval_crop=args.eval_crop, mean=args.mean, std=args.std)
     except ValueError as error:
         sys.exit(f"tfcnn.convert: error: {error}")
     print(f"tfcnn.convert: {summary['model']} <- {summary['source']}: {summary['loaded_tensors']} tensors loaded"

@@ -90,7 +90,8 @@ def load_predictor(source, *, model: str | None = None, precision: str = "fp32",
 def evaluate(source, *, data_dir: str | None = None, data=None, model: str | None = None, batch_size: int = 256,
              precision: str = "fp32", data_backend: str = "tf", image_size: int | None = None,
              crop_fraction: float | None = None, interpolation: str | None = None, eval_crop: str | None = None,
-             num_classes: int | None = None, progress: bool = True, display_seconds: float = 30.0, log=print) -> EvalResult:
+             num_classes: int | None = None, progress: bool = True, display_seconds: float = 30.0,
+             log=print) -> EvalResult:
     """Top-1 / top-5 of `source` (a path, zoo model or RunResult: tfcnn.sources) over data_dir's validation
     records, or over `data` in memory ((x, y) arrays or a Dataset of (image, label), 0-255 RGB; images
     already at the input size are taken as they are, others get the evaluation view). Every rank counts
@@ -114,8 +115,7 @@ def evaluate(source, *, data_dir: str | None = None, data=None, model: str | Non
     share = _rank_share(data_backend, data_dir, distributed.size(), distributed.rank()) if data is None else None
     predict, run = load_predictor(source, model=model, precision=precision, image_size=image_size,
                                   crop_fraction=crop_fraction, interpolation=interpolation, eval_crop=eval_crop,
-                                  num_classes=num_classes,
-                                  log=log)
+                                  num_classes=num_classes, log=log)
     view = run["data_config"]
     options = dict(num_classes=run["num_classes"], crop_fraction=view.crop_fraction, interpolation=view.interpolation,
                    eval_crop=view.eval_crop, num_shards=distributed.size(), shard_index=distributed.rank())

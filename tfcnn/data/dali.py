@@ -68,7 +68,8 @@ def missing_reason() -> str | None:
 def build_dataset(data_dir: str, split: str, batch_size: int, image_size: int, *, device: str,
                   num_classes: int = 1000, num_shards: int = 1, shard_index: int = 0, seed: int = 0,
                   start_step: int = 0, crop_fraction: float = 0.875, interpolation: str = "bilinear",
-                  eval_crop: str = "torchvision", augment="none", train_crop="torchvision", shuffle_buffer: int = 10_000,
+                  eval_crop: str = "torchvision", augment="none", train_crop="torchvision",
+                  shuffle_buffer: int = 10_000,
                   num_threads: int | None = None, deterministic: bool = True, synthetic: bool = False, **unsupported):
     """pipeline.build_dataset's batches, made by DALI on `device` ('cpu' or 'gpu'). Same arguments, plus
     num_threads: DALI's CPU worker threads (default: this process's cores divided by the local ranks).

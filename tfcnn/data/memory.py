@@ -120,8 +120,7 @@ def eval_batches(data, *, batch_size: int, image_size: int, num_classes: int, cr
         shape = tf.shape(image)
         prepared = tf.logical_and(tf.equal(shape[0], image_size), tf.equal(shape[1], image_size))
         image = tf.cond(prepared, lambda: preprocessing.to_uint8(image),
-                        lambda: preprocessing.eval_view(image, image_size, crop_fraction, interpolation,
-                                                                eval_crop))
+                        lambda: preprocessing.eval_view(image, image_size, crop_fraction, interpolation, eval_crop))
         return tf.ensure_shape(image, [image_size, image_size, 3]), _checked(label, num_classes)
 
     mine = share(data, num_shards, shard_index, "val_data", num_classes)

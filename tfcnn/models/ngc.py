@@ -270,8 +270,8 @@ def _register(script, layer_list, *, input_size, min_size, params, gmacs, batch_
     Reference top-1: what the scripts' README states (NGC_README_TOP1), else none."""
     name = f"ngc_{script}"
     info = ModelInfo(name=name, input_size=input_size, crop_fraction=EVAL_CROPS["ngc"], mean=NGC_MEAN, std=NGC_STD,
-                     top1=NGC_README_TOP1.get(name, 0.0), params=params, gmacs=gmacs, min_size=min_size, interpolation="bilinear",
-                     reference=f"NGC nvidia-examples/cnn {script}.py", eval_crop="ngc")
+                     top1=NGC_README_TOP1.get(name, 0.0), params=params, gmacs=gmacs, min_size=min_size,
+                     interpolation="bilinear", reference=f"NGC nvidia-examples/cnn {script}.py", eval_crop="ngc")
     defaults = dict(dropout_rate=dropout)
     if batch_norm:
         defaults.update(bn_epsilon=batch_norm[0], bn_momentum=batch_norm[1])
