@@ -4,9 +4,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from tfcnn.options import (DATA_BACKENDS, DEFAULT_STOP_SIGNALS, EVAL_CROPS, LARC_MODES, LR_GRANULARITIES, MOMENTUM_FORMS,
-                           OPTIMIZERS, PRECISIONS, TRAIN_CROPS, WEIGHT_DECAY_SETS, WEIGHT_INITS, check_mixing,
-                           parse_loss_scale, parse_model_options, parse_policy, parse_signals)
+from tfcnn.options import (DATA_BACKENDS, DEFAULT_STOP_SIGNALS, EVAL_CROPS, LARC_MODES, LR_GRANULARITIES,
+                           MOMENTUM_FORMS, OPTIMIZERS, PRECISIONS, TRAIN_CROPS, WEIGHT_DECAY_SETS, WEIGHT_INITS,
+                           check_mixing, parse_loss_scale, parse_model_options, parse_policy, parse_signals)
 from tfcnn.recipes import RECIPES, get_recipe
 
 SCHEDULES = ("cosine", "step", "poly", "constant")
