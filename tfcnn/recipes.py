@@ -92,7 +92,7 @@ def _ngc(script, model, lr_init, global_batch, *, batch_size=256, weight_decay=1
     if image_size:
         config["image_size"] = image_size
     source = f"{NGC}/{script}.py:{lines} (default_args) on nvutils/runner.py:112-174; README: mpiexec -np 8"
-    network = f"{NETWORK_TESTS}: test_network_computes_nvidias_and_its_control_does_not[{model}]"
+    network = f"{NETWORK_TESTS}: test_network_computes_nvidias[{model}], test_negative_control_fails[{model}]"
     top1 = NGC_README_TOP1.get(model)
     published = f"{top1:g}% {NGC_README}" if top1 else "none published with the scripts"
     return Recipe(config, source, published, f"{_proof('ngc')}; {network}", NGC_DIFFERS + differs)
