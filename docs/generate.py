@@ -101,8 +101,9 @@ def main():
         return
     os.makedirs(GENERATED, exist_ok=True)
     for name, make in PAGES.items():
+        text = make()  # before the file is opened: a source that fails leaves its page as it was
         with open(os.path.join(GENERATED, name), "w", encoding="utf-8") as f:
-            f.write(make())
+            f.write(text)
     print(f"wrote {', '.join(PAGES)} to docs/generated/")
 
 

@@ -21,7 +21,9 @@ from tfcnn.profile import count_macs, count_params
 ALL = list_models()
 EXPECTED_NAMES = ["alexnet", "densenet121", "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3",
                   "efficientnet_b4", "googlenet", "inception_resnet_v2", "inception_v3", "inception_v4",
-                  "mobilenet_v2", "nvidia_se_resnext101_32x4d", "overfeat", "resnet101", "resnet152", "resnet18",
+                  "mobilenet_v2", "ngc_alexnet", "ngc_googlenet", "ngc_inception_resnet_v2", "ngc_inception_v3",
+                  "ngc_inception_v4", "ngc_resnet101", "ngc_resnet152", "ngc_resnet18", "ngc_resnet34", "ngc_resnet50",
+                  "ngc_xception", "nvidia_se_resnext101_32x4d", "overfeat", "resnet101", "resnet152", "resnet18",
                   "resnet34", "resnet50", "resnext101_32x4d",
                   "resnext50_32x4d", "se_resnext101_32x4d", "se_resnext50_32x4d", "vgg11", "vgg13", "vgg16",
                   "vgg16_bn", "vgg19", "wide_resnet50_2", "xception"]
@@ -40,6 +42,11 @@ GOLDEN_PARAMS = {
     # (overfeat.py's layer list: 34,944 + 614,656 + 1,180,160 + 4,719,616 + 9,438,208 conv, 113,249,280 +
     # 12,587,008 + 4,097,000 dense).
     "nvidia_se_resnext101_32x4d": 45_251_128, "overfeat": 145_920_872,
+    # The NGC scripts' networks, as their builders count them (tests/fixtures/ngc, tests/test_ngc_models.py).
+    "ngc_resnet18": 12_043_816, "ngc_resnet34": 22_716_840, "ngc_resnet50": 25_557_032, "ngc_resnet101": 44_549_160,
+    "ngc_resnet152": 60_192_808, "ngc_googlenet": 6_998_552, "ngc_inception_v3": 23_834_568,
+    "ngc_inception_v4": 42_679_816, "ngc_inception_resnet_v2": 31_574_440, "ngc_xception": 22_855_952,
+    "ngc_alexnet": 61_100_840,
 }
 GOLDEN_GMACS = {
     "googlenet": 1.498, "densenet121": 2.834, "inception_v4": 12.254, "inception_resnet_v2": 13.156,
@@ -52,10 +59,14 @@ GOLDEN_GMACS = {
 
 
 # One model per builder and per structural option of it (ResNet's basic block; bottleneck with groups and
-# SE; VGG with and without batch norm), on which builder-level properties are checked.
+# SE; VGG with and without batch norm), on which builder-level properties are checked. The NGC scripts' builder
+# and options: its gradient and config checks are in test_ngc_models.py (BUILDER_CHECKS).
 REPRESENTATIVES = ["alexnet", "densenet121", "efficientnet_b0", "googlenet", "inception_resnet_v2", "inception_v3",
-                   "inception_v4", "mobilenet_v2", "overfeat", "resnet18", "se_resnext50_32x4d", "vgg11", "vgg16_bn",
-                   "xception"]
+                   "inception_v4", "mobilenet_v2", "ngc_googlenet", "overfeat", "resnet18", "se_resnext50_32x4d",
+                   "vgg11", "vgg16_bn", "xception"]
+# The models proven against a timm / torchvision reference (tests/fixtures/reference); the NGC scripts' own
+# networks are proven against the scripts' builder in test_ngc_models.py.
+REFERENCED = [name for name in ALL if not model_info(name).reference.startswith("NGC ")]
 
 
 def small_shape(name):
@@ -84,10 +95,13 @@ def test_every_builder_has_a_representative():
 
 
 def test_every_model_has_a_reference_fixture():
-    assert sorted(n[:-5] for n in os.listdir(weightgen.FIXTURES) if n.endswith(".json")) == ALL
+    from test_ngc_models import PROVEN
+
+    assert sorted(n[:-5] for n in os.listdir(weightgen.FIXTURES) if n.endswith(".json")) == REFERENCED
+    assert set(ALL) - set(REFERENCED) <= set(PROVEN)
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", REFERENCED)
 def test_reference_weights_gradients_and_config_round_trip(name, tmp_path):
     """One build per model, at its fixture's small input size, loaded from the reference state dict:
 
@@ -201,7 +215,8 @@ def test_bad_arguments_raise_value_error_naming_the_value(kwargs, match):
 # the other). These sizes give every batch norm at least MIN_BATCH_NORM_VALUES values, so the trainer's warning
 # (tfcnn.training.callbacks.small_batch_norm_warning) stays silent.
 TRAIN_SIZES = {"alexnet": 63, "densenet121": 64, "efficientnet_b0": 48, "googlenet": 48, "inception_resnet_v2": 107,
-               "inception_v3": 107, "inception_v4": 107, "mobilenet_v2": 48, "overfeat": 71, "resnet18": 64,
+               "inception_v3": 107, "inception_v4": 107, "mobilenet_v2": 48, "ngc_googlenet": 48, "overfeat": 71,
+               "resnet18": 64,
                "se_resnext50_32x4d": 64,
                "vgg11": 32, "vgg16_bn": 32, "xception": 48}
 

@@ -319,6 +319,24 @@ def test_initialization_controls_fail(recipe, rule, element, flip):
     assert bad, f"{recipe}: '{element}' went unnoticed"
 
 
+@pytest.mark.parametrize("name, scheme", [("ngc_xception", "glorot_uniform"), ("mobilenet_v2", "kaiming_fan_in")])
+def test_a_fresh_model_is_drawn_once_with_the_values_of_two_draws(name, scheme):
+    """build_trainer's fresh model (build_initialized: what the scheme redraws is never drawn by the builder) holds
+    exactly the weights of the builder's model redrawn by initialize(): separable and depthwise kernels, dense
+    layers, batch norm as the builder leaves it."""
+    from tfcnn.models.initializers import build_initialized, initialize
+
+    build = functools.partial(create_model, name, num_classes=5, input_shape=(32, 32, 3))
+    tf.keras.utils.set_random_seed(3)
+    twice = build()
+    initialize(twice, scheme, 3)
+    tf.keras.utils.set_random_seed(3)
+    once = build_initialized(build, scheme, 3)
+    assert [w.name for w in once.weights] == [w.name for w in twice.weights]
+    differ = [a.name for a, b in zip(once.weights, twice.weights) if not np.array_equal(a.numpy(), b.numpy())]
+    assert not differ, f"{name}: {len(differ)} weights differ, e.g. {differ[:3]}"
+
+
 # ------------------------------------------------------------------------------- the values of each recipe
 
 def nvidia_sources():
@@ -329,7 +347,7 @@ def nvidia_sources():
 # The elements that make a family's update rule: every recipe of a family has those of the recipe the step
 # test runs (the values, rates and sizes come from each recipe's own NVIDIA file, checked below).
 RULES = ("optimizer", "momentum_form", "nesterov", "lr_schedule", "lr_granularity", "warmup_epochs", "larc_mode",
-         "weight_decay_set", "weight_init", "train_crop", "label_smoothing", "mean", "std", "poly_power")
+         "weight_decay_set", "weight_init", "train_crop", "eval_crop", "label_smoothing", "mean", "std", "poly_power")
 DLE_MODELS = {"resnet50": "resnet50", "resnext101_32x4d": "resnext101-32x4d",
               "nvidia_se_resnext101_32x4d": "se-resnext101-32x4d"}
 
@@ -356,6 +374,11 @@ def test_ngc_recipes_take_their_scripts_values(name):
     assert (config.image_size or registry.model_info(config.model).input_size) == args["image_width"]
     assert (list(config.mean), list(config.std)) == (sources["mean"], sources["std"])
     assert rules(config) == rules(make_config("ngc_resnet50"))
+    assert config.eval_crop == "ngc"  # nvutils/image_processing.py: central_crop(image, 0.8), resized
+    # the script's own network, proven against its builder (tests/test_ngc_models.py)
+    import test_ngc_models
+
+    assert test_ngc_models.fixture(config.model)["script"].startswith(f"nvidia-examples/cnn/{script}.py")
 
 
 @pytest.mark.parametrize("name", sorted(n for n in recipes.RECIPES if n.endswith(("_90e", "_250e"))))
@@ -508,15 +531,27 @@ def test_torchvision_view_decodes_and_resizes_as_pil(tmp_path):
 # --------------------------------------------------------------------------------- the table and the CLI
 
 def test_every_proof_names_tests_of_this_file():
+    """... and, for the NGC recipes' networks, of test_ngc_models.py, each naming the recipe's model."""
+    import test_ngc_models
+
     for name, recipe in recipes.RECIPES.items():
         if not recipe.proof:
             continue
-        path, _, tests = recipe.proof.partition(": ")
+        steps, _, network = recipe.proof.partition("; ")
+        path, _, tests = steps.partition(": ")
         assert path == "tests/test_recipes.py", name
         for function in re.findall(r"test_\w+", tests):
             assert callable(globals().get(function)), f"{name}: its proof names {function}, which is not a test here"
         if "[" in tests:
             assert re.search(r"\[(\w+)\]", tests)[1] in FAMILIES
+        if name.startswith("ngc_"):
+            path, _, tests = network.partition(": ")
+            assert path == recipes.NETWORK_TESTS, name
+            for function, model in re.findall(r"(test_\w+)\[(\w+)\]", tests):
+                assert callable(getattr(test_ngc_models, function)) and model == recipe.config["model"], name
+                assert model in test_ngc_models.PROVEN, f"{name}: no fixture proves {model}"
+        else:
+            assert not network, name
 
 
 def test_readme_recipe_table_is_the_generated_one():

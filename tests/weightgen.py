@@ -58,6 +58,22 @@ def state_dict(keys_and_shapes, seed: int, damped: str | None = None) -> dict:
             if not key.endswith("num_batches_tracked")}
 
 
+def tf_variable(name: str, shape, seed: int) -> np.ndarray:
+    """A TensorFlow variable (`conv2d_3/kernel`, `batch_normalization/moving_variance`, ...) by the rules of
+    `tensor`, for TensorFlow's layouts: kernels (conv HWIO, dense (in, out), pointwise (1, 1, in, out))
+    He-uniform on the fan-in of all but their last axis, depthwise kernels (kh, kw, in, multiplier) on kh x kw."""
+    kind = name.rsplit("/", 1)[-1]
+    shape = tuple(shape)
+    if kind in ("moving_variance", "moving_mean", "bias", "beta"):
+        key_kind = {"moving_variance": "running_var", "moving_mean": "running_mean", "beta": "bias"}.get(kind, kind)
+        return tensor(f"{name}.{key_kind}", shape, seed)
+    if kind == "gamma":
+        return tensor(f"{name}.weight", shape, seed)
+    fan_in = int(np.prod(shape[:2] if kind == "depthwise_kernel" else shape[:-1]))
+    bound = float(np.sqrt(6.0 / fan_in))
+    return uniform([seed, zlib.crc32(name.encode())], -bound, bound, shape)
+
+
 def images(seed: int, batch: int, size: int) -> np.ndarray:
     """Normalized NHWC inputs (the models' input after mean/std), float32."""
     return uniform([seed, batch, size], -2.0, 2.0, (batch, size, size, 3))

@@ -27,16 +27,18 @@ import os
 import sys
 
 from tfcnn import callable_module
+from tfcnn.options import EVAL_CROPS
 
 
 def convert(model: str, weights: str, output_dir: str, *, num_classes: int | None = None, new_head: bool = False,
             export: bool = False, image_size: int | None = None, crop_fraction: float | None = None,
-            interpolation: str | None = None, mean=None, std=None, log=print) -> dict:
+            interpolation: str | None = None, eval_crop: str | None = None, mean=None, std=None,
+            log=print) -> dict:
     """Writes output_dir/checkpoints/ckpt-0 of `model` loaded with `weights` (a timm / torchvision file or a
     weights name), and with export=True output_dir/saved_model; returns what convert.json records.
     new_head: load all but the classifier, which starts fresh with num_classes classes. The feed overrides
-    (image_size, crop_fraction, interpolation, mean and std as R,G,B on the 0-255 scale) replace what the
-    weights' data config says."""
+    (image_size, crop_fraction, interpolation, eval_crop, mean and std as R,G,B on the 0-255 scale) replace
+    what the weights' data config says."""
     import tensorflow as tf
 
     from tfcnn import checkpoints
@@ -52,7 +54,7 @@ def convert(model: str, weights: str, output_dir: str, *, num_classes: int | Non
         raise ValueError("new_head needs num_classes (the new classifier's class count)")
     source = open_weights(model, weights)
     data = source.data_config.replace(input_size=image_size, crop_fraction=crop_fraction,
-                                      interpolation=interpolation, mean=mean, std=std)
+                                      interpolation=interpolation, eval_crop=eval_crop, mean=mean, std=std)
     head = "new" if new_head else "keep"
     num_classes = num_classes or (source.num_classes if head == "keep" else None)
     network = create_model(model, num_classes=num_classes, input_shape=(data.input_size, data.input_size, 3),
@@ -97,6 +99,8 @@ def parse_args(argv=None):
     parser.add_argument("--image_size", type=int, help="override the weights' input size")
     parser.add_argument("--crop_fraction", type=float, help="override the weights' evaluation crop")
     parser.add_argument("--interpolation", choices=("bilinear", "bicubic"), help="override the eval resize filter")
+    parser.add_argument("--eval_crop", choices=tuple(EVAL_CROPS), help="override the evaluation view: torchvision or "
+                        "ngc (the NGC scripts' central crop resized; crop fraction 0.8 unless --crop_fraction says)")
     parser.add_argument("--mean", type=_triple, help="override the normalization mean, R,G,B on the 0-255 scale")
     parser.add_argument("--std", type=_triple, help="override the normalization std, R,G,B on the 0-255 scale")
     args = parser.parse_args(argv)
@@ -112,8 +116,8 @@ def main(argv=None):
     try:
         summary = convert(args.model, args.weights, args.output_dir, num_classes=args.num_classes,
                           new_head=args.new_head, export=args.export, image_size=args.image_size,
-                          crop_fraction=args.crop_fraction, interpolation=args.interpolation, mean=args.mean,
-                          std=args.std)
+                          crop_fraction=args.crop_fraction, interpolation=args.interpolation,
+                          eval_crop=args.eval_crop, mean=args.mean, std=args.std)
     except ValueError as error:
         sys.exit(f"tfcnn.convert: error: {error}")
     print(f"tfcnn.convert: {summary['model']} <- {summary['source']}: {summary['loaded_tensors']} tensors loaded"

@@ -12,7 +12,7 @@ The weights say how to feed them: a tfcnn checkpoint (a path, the latest in --lo
 `python -m tfcnn.convert` output) records its model, class count, builder options and data config
 (input size, crop, mean/std, interpolation); a SavedModel's tfcnn.json does the same; a timm /
 torchvision file (--weights) brings timm's config.json or torchvision's known transforms.
---image_size, --crop_fraction and --interpolation override what they say. Rank 0 prints progress
+--image_size, --crop_fraction, --interpolation and --eval_crop override what they say. Rank 0 prints progress
 (its share of the images, img/s, ETA, running top-1) every --display_seconds, unless --quiet.
 """
 from __future__ import annotations
@@ -52,14 +52,15 @@ class EvalResult:
 
 def load_predictor(source, *, model: str | None = None, precision: str = "fp32", image_size: int | None = None,
                    crop_fraction: float | None = None, interpolation: str | None = None,
-                   num_classes: int | None = None, log=print):
+                   eval_crop: str | None = None, num_classes: int | None = None, log=print):
     """(uint8 0-255 images -> logits, run description) of a source (tfcnn.sources). Normalization included
     (a SavedModel has it inside). precision: the compute precision of a model built here."""
     from tfcnn import checkpoints
     from tfcnn.data.preprocessing import normalize_batch
     from tfcnn.models import DataConfig
 
-    overrides = dict(input_size=image_size, crop_fraction=crop_fraction, interpolation=interpolation)
+    overrides = dict(input_size=image_size, crop_fraction=crop_fraction, interpolation=interpolation,
+                     eval_crop=eval_crop)
     if sources.is_saved_model(source):
         recorded = sources.saved_model_info(source)
         if model and model != recorded["model"]:
@@ -75,7 +76,8 @@ def load_predictor(source, *, model: str | None = None, precision: str = "fp32",
     if sources.in_memory_model(source) is None:
         set_policy(precision)
     network = sources.load_model(source, model=model, num_classes=num_classes, log=log, **{
-        "image_size": image_size, "crop_fraction": crop_fraction, "interpolation": interpolation})
+        "image_size": image_size, "crop_fraction": crop_fraction, "interpolation": interpolation,
+        "eval_crop": eval_crop})
     data = network.data_config
     if getattr(network, "includes_preprocessing", False):  # takes 0-255 pixels itself
         predict = lambda images: network(images, training=False)
@@ -87,8 +89,9 @@ def load_predictor(source, *, model: str | None = None, precision: str = "fp32",
 
 def evaluate(source, *, data_dir: str | None = None, data=None, model: str | None = None, batch_size: int = 256,
              precision: str = "fp32", data_backend: str = "tf", image_size: int | None = None,
-             crop_fraction: float | None = None, interpolation: str | None = None, num_classes: int | None = None,
-             progress: bool = True, display_seconds: float = 30.0, log=print) -> EvalResult:
+             crop_fraction: float | None = None, interpolation: str | None = None, eval_crop: str | None = None,
+             num_classes: int | None = None, progress: bool = True, display_seconds: float = 30.0,
+             log=print) -> EvalResult:
     """Top-1 / top-5 of `source` (a path, zoo model or RunResult: tfcnn.sources) over data_dir's validation
     records, or over `data` in memory ((x, y) arrays or a Dataset of (image, label), 0-255 RGB; images
     already at the input size are taken as they are, others get the evaluation view). Every rank counts
@@ -111,11 +114,11 @@ def evaluate(source, *, data_dir: str | None = None, data=None, model: str | Non
     # Before any weights load: a clear error when the shards (or their DALI indexes) are missing.
     share = _rank_share(data_backend, data_dir, distributed.size(), distributed.rank()) if data is None else None
     predict, run = load_predictor(source, model=model, precision=precision, image_size=image_size,
-                                  crop_fraction=crop_fraction, interpolation=interpolation, num_classes=num_classes,
-                                  log=log)
+                                  crop_fraction=crop_fraction, interpolation=interpolation, eval_crop=eval_crop,
+                                  num_classes=num_classes, log=log)
     view = run["data_config"]
     options = dict(num_classes=run["num_classes"], crop_fraction=view.crop_fraction, interpolation=view.interpolation,
-                   num_shards=distributed.size(), shard_index=distributed.rank())
+                   eval_crop=view.eval_crop, num_shards=distributed.size(), shard_index=distributed.rank())
     if data is None:
         dataset = backends.build_dataset(data_backend, data_dir, "validation", batch_size, view.input_size, **options)
     else:
@@ -182,7 +185,7 @@ def main(argv=None):
                           model=args.model, batch_size=args.batch_size, precision=args.precision,
                           data_backend=args.data_backend, image_size=args.image_size,
                           crop_fraction=args.crop_fraction, interpolation=args.interpolation,
-                          num_classes=args.num_classes, progress=not args.quiet,
+                          eval_crop=args.eval_crop, num_classes=args.num_classes, progress=not args.quiet,
                           display_seconds=args.display_seconds)
     except (ValueError, RuntimeError) as error:
         sys.exit(f"tfcnn.evaluate: error: {error}")

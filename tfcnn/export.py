@@ -3,7 +3,7 @@
     python -m tfcnn.export --output_dir DIR (--checkpoint PATH | --log_dir DIR | --model NAME --weights FILE |
         --saved_model DIR) [--format saved_model|onnx] [--data_dir DIR]
         [--int8 [--int8_target tensorrt|cpu] [--calibration_images 300]]
-        [--image_size N --crop_fraction F --interpolation bilinear|bicubic --num_classes N]
+        [--image_size N --crop_fraction F --interpolation bilinear|bicubic --eval_crop torchvision|ngc --num_classes N]
 
 Takes what tfcnn.evaluate takes, fed as the weights record (their data config; the flags override it).
 Both formats serve `images`: float32 [batch, S, S, 3] RGB pixels in 0-255, normalization inside, and return
@@ -37,8 +37,8 @@ DEFAULT_CALIBRATION_IMAGES = 300
 def export(source, output_dir: str, *, format: str = "saved_model", model: str | None = None,
            data_dir: str | None = None, int8: bool = False, int8_target: str = INT8_TARGETS[0],
            calibration_images: int = DEFAULT_CALIBRATION_IMAGES, image_size: int | None = None,
-           crop_fraction: float | None = None, interpolation: str | None = None, num_classes: int | None = None,
-           log=print) -> str:
+           crop_fraction: float | None = None, interpolation: str | None = None, eval_crop: str | None = None,
+           num_classes: int | None = None, log=print) -> str:
     """Writes the export of `source` (a path, zoo model or RunResult: tfcnn.sources; for format 'onnx' also a
     tfcnn SavedModel export) to output_dir, which appears only when complete; returns its path.
     format: saved_model or onnx. data_dir: the dataset whose labels.txt goes beside the export, and whose
@@ -57,13 +57,15 @@ def export(source, output_dir: str, *, format: str = "saved_model", model: str |
         if format != "onnx":
             raise ValueError(f"{source} is already a SavedModel: convert it with format 'onnx' (--format onnx)")
         fixed = [name for name, value in (("model", model), ("image_size", image_size), ("crop_fraction", crop_fraction),
-                                          ("interpolation", interpolation), ("num_classes", num_classes)) if value]
+                                          ("interpolation", interpolation), ("eval_crop", eval_crop),
+                                          ("num_classes", num_classes)) if value]
         if fixed:
             raise ValueError(f"a SavedModel export takes no {', '.join(fixed)}: its tfcnn.json fixes them")
         network = os.fspath(source)
     else:
         network = sources.load_model(source, model=model, image_size=image_size, crop_fraction=crop_fraction,
-                                     interpolation=interpolation, num_classes=num_classes, log=log)
+                                     interpolation=interpolation, eval_crop=eval_crop, num_classes=num_classes,
+                                     log=log)
     if format == "saved_model":
         from tfcnn.training.export import export_saved_model
 
@@ -96,7 +98,8 @@ def parse_args(argv=None):
     if args.saved_model:
         if args.format != "onnx":
             parser.error(f"--saved_model {args.saved_model} is already a SavedModel: convert it with --format onnx")
-        fixed = [f"--{name}" for name in ("model", "image_size", "crop_fraction", "interpolation", "num_classes")
+        fixed = [f"--{name}" for name in ("model", "image_size", "crop_fraction", "interpolation", "eval_crop",
+                                          "num_classes")
                  if getattr(args, name) is not None]
         if fixed:
             parser.error(f"--saved_model takes no {', '.join(fixed)}: the export's tfcnn.json fixes them")
@@ -112,7 +115,7 @@ def main(argv=None):
         directory = export(source, args.output_dir, format=args.format, model=args.model, data_dir=args.data_dir,
                            int8=args.int8, int8_target=args.int8_target, calibration_images=args.calibration_images,
                            image_size=args.image_size, crop_fraction=args.crop_fraction,
-                           interpolation=args.interpolation, num_classes=args.num_classes)
+                           interpolation=args.interpolation, eval_crop=args.eval_crop, num_classes=args.num_classes)
     except (ImportError, ValueError, RuntimeError) as error:
         sys.exit(f"tfcnn.export: error: {error}")
     print(f"tfcnn.export: {args.format} export in {directory}")

@@ -273,7 +273,8 @@ def calibration_batches(data_dir: str, data, count: int, batch_size: int = CALIB
 
     def view(serialized):
         encoded = records.parse_example(serialized)["encoded"]
-        return preprocessing.eval_image(encoded, data.input_size, data.crop_fraction, data.interpolation)
+        return preprocessing.eval_image(encoded, data.input_size, data.crop_fraction, data.interpolation,
+                                        data.eval_crop)
 
     ds = ds.take(count).map(view, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
     with pipeline.corrupt_records_named(data_dir, "train"):

@@ -11,6 +11,16 @@ OPTIMIZERS = ("sgd", "rmsprop", "lamb", "adamw")
 # configs and the recipes read them here, where no TensorFlow is imported.
 IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+# The NGC scripts' normalization (nvidia-examples/cnn nvutils/runner.py:114-115): their networks and recipes.
+NGC_MEAN, NGC_STD = (121.0, 115.0, 100.0), (70.0, 68.0, 71.0)
+# The top-1 the scripts' README states their ResNet-50 and Inception V3 reach after training (8 GPUs, fp16; the
+# README tfcnn was created from, ../shared/seeds/ngc-tf-nvidia-examples-cnn-README.txt:19,39): those networks'
+# reference top-1 in the zoo, and their recipes' published figure.
+NGC_README_TOP1 = {"ngc_resnet50": 75.5, "ngc_inception_v3": 77.8}
+# Evaluation views (tfcnn.data.preprocessing.eval_view), each with the crop fraction it usually takes:
+# torchvision's resize of the shorter side to size / fraction and centre crop; the NGC scripts' central crop of
+# that fraction of each side resized to the square input (nvutils/image_processing.py: central_crop(image, 0.8)).
+EVAL_CROPS = {"torchvision": 0.875, "ngc": 0.8}
 # The elements a recipe fixes (tfcnn.training.optimizers, schedules; tfcnn.models.initializers;
 # tfcnn.data.preprocessing.TRAIN_VIEWS): what each value means is documented where it is implemented.
 MOMENTUM_FORMS = ("pytorch", "keras")
@@ -166,6 +176,9 @@ def add_feed_flags(parser) -> None:
     parser.add_argument("--image_size", type=int, help="default: what the weights record")
     parser.add_argument("--crop_fraction", type=float, help="default: what the weights record")
     parser.add_argument("--interpolation", choices=("bilinear", "bicubic"), help="default: what the weights record")
+    parser.add_argument("--eval_crop", choices=tuple(EVAL_CROPS), help="the evaluation view: torchvision (resize the "
+                        "shorter side, centre crop) or ngc (the NGC scripts' central crop resized; crop fraction "
+                        "0.8 unless --crop_fraction says); default: what the weights record")
     parser.add_argument("--num_classes", type=int, help="default: the weights' classifier")
 
 

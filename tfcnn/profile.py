@@ -21,7 +21,11 @@ def count_macs(model: tf.keras.Model) -> int:
     """Multiply-accumulates of one forward pass for one image."""
     macs = 0
     for layer in _all_layers(model):
-        if isinstance(layer, tf.keras.layers.DepthwiseConv2D):  # not a Conv2D subclass
+        if isinstance(layer, tf.keras.layers.SeparableConv2D):  # depthwise, then pointwise (not Conv2D either)
+            kernel_h, kernel_w, channels, multiplier = layer.depthwise_kernel.shape
+            _, out_h, out_w, out_channels = layer.output.shape
+            macs += out_h * out_w * channels * multiplier * (kernel_h * kernel_w + out_channels)
+        elif isinstance(layer, tf.keras.layers.DepthwiseConv2D):  # not a Conv2D subclass
             kernel_h, kernel_w, channels, multiplier = layer.depthwise_kernel.shape
             _, out_h, out_w, _ = layer.output.shape
             macs += out_h * out_w * channels * multiplier * kernel_h * kernel_w

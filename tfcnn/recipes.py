@@ -9,7 +9,9 @@ Two families, read from NVIDIA's code (not from its READMEs' prose, which disagr
   their nvutils library): polynomial decay of power 2 from each script's learning_rate_init, no warmup,
   Nesterov momentum 0.9 (TF1's form), LARC in clip mode (eta 0.003), L2 on every variable but batch
   norm's (biases included) in the loss, plain softmax cross-entropy, a static loss scale, their crop
-  (`--train_crop ngc`) and normalization (mean 121, 115, 100; std 70, 68, 71), glorot-uniform
+  (`--train_crop ngc`), evaluation view (`--eval_crop ngc`: the central 80% resized) and normalization
+  (mean 121, 115, 100; std 70, 68, 71), the script's own network (tfcnn.models.ngc, resnet.py's v1 options,
+  alexnet.py's; VGG-16 and OverFeat are tfcnn's, the same layers), glorot-uniform
   initialization (TF1's default), 90 epochs. The scripts never scale the rate with the batch: it is
   theirs at the global batch of their 8-GPU launch command (`mpiexec -np 8`), which `optimizer_batch_size`
   pins (`lr` is per 256 images here, so 2.0 at 2048 reads 0.25).
@@ -30,7 +32,7 @@ import argparse
 import dataclasses
 import sys
 
-from tfcnn.options import IMAGENET_MEAN, IMAGENET_STD
+from tfcnn.options import IMAGENET_MEAN, IMAGENET_STD, NGC_MEAN, NGC_README_TOP1, NGC_STD
 
 # The tolerances of tests/test_recipes.py, which reads them from here: per-step loss and per-tensor
 # accumulated update, relative, tfcnn's trainer against the reference's (float64 over 20 steps, float32 over
@@ -40,9 +42,9 @@ UPDATE_RTOL = 1e-3
 
 NGC = "NGC TF 20.10-tf1 nvidia-examples/cnn"
 DLE = "DLE@729963dd PyTorch/Classification/ConvNets"  # NVIDIA/DeepLearningExamples
-NGC_MEAN, NGC_STD = (121.0, 115.0, 100.0), (70.0, 68.0, 71.0)  # nvutils/runner.py:114-115
 
 TESTS = "tests/test_recipes.py"
+NETWORK_TESTS = "tests/test_ngc_models.py"  # the NGC recipes' networks against the scripts' builder
 
 
 def _proof(family):
@@ -70,33 +72,40 @@ class Recipe:
 def _ngc(script, model, lr_init, global_batch, *, batch_size=256, weight_decay=1e-4, loss_scale=128.0, larc_eta=0.003,
          num_iter=90, precision="fp16", image_size=None, lines="25-47", dropout=None, batch_norm=(1e-4, 0.9),
          differs=""):
-    """An NGC script's recipe: its default_args (`lines` of the script) on nvutils' runner. dropout: the
-    rate of the script's dropout layers (None: it has none); batch_norm: nvutils' (epsilon, decay), or None
-    for a model without batch norm."""
+    """An NGC script's recipe: its default_args (`lines` of the script) on nvutils' runner, training `model`, the
+    script's network (tests/test_ngc_models.py proves each against the script's builder). dropout: the rate of
+    the script's dropout layers (None: it has none); batch_norm: nvutils' (epsilon, decay), or None for a model
+    without batch norm (the ngc_* models' own defaults, stated for the models that are tfcnn's). Published: what
+    the scripts' README states (NGC_README_TOP1), if anything."""
     options = {"dropout_rate": dropout or 0.0}
     if batch_norm:
         options.update(bn_epsilon=batch_norm[0], bn_momentum=batch_norm[1])
-    if model.startswith("resne"):
-        options["zero_init_residual"] = False
+    if model.startswith("ngc_resnet"):
+        options["zero_init_residual"] = False  # nvutils initializes every gamma to 1
     config = dict(model=model, batch_size=batch_size, optimizer_batch_size=global_batch, precision=precision,
                   loss_scale=str(loss_scale), num_iter=num_iter, iter_unit="epoch", optimizer="sgd",
                   momentum_form="pytorch", momentum=0.9, nesterov=True, lr=lr_init * 256 / global_batch,
                   lr_schedule="poly", poly_power=2.0, warmup_epochs=0.0, lr_granularity="step",
                   larc_eta=larc_eta, larc_mode="clip", weight_decay=weight_decay, weight_decay_set="no_bn",
                   label_smoothing=0.0, mixup=0.0, cutmix=0.0, weight_init="glorot_uniform", train_crop="ngc",
-                  mean=NGC_MEAN, std=NGC_STD, model_options=options)
+                  eval_crop="ngc", mean=NGC_MEAN, std=NGC_STD, model_options=options)
     if image_size:
         config["image_size"] = image_size
     source = f"{NGC}/{script}.py:{lines} (default_args) on nvutils/runner.py:112-174; README: mpiexec -np 8"
-    return Recipe(config, source, "none published with the scripts", _proof("ngc"), differs)
+    network = f"{NETWORK_TESTS}: test_network_computes_nvidias[{model}], test_negative_control_fails[{model}]"
+    top1 = NGC_README_TOP1.get(model)
+    published = f"{top1:g}% {NGC_README}" if top1 else "none published with the scripts"
+    return Recipe(config, source, published, f"{_proof('ngc')}; {network}", NGC_DIFFERS + differs)
 
 
-NGC_MODEL_NOTE = "the model is tfcnn's {model} (the {reference} definition); nvutils' builder differs: {what}"
-
-
-def _ngc_differs(model, reference, what):
-    return NGC_MODEL_NOTE.format(model=model, reference=reference, what=what) + \
-        "; evaluation: nvutils crops the central 80% and resizes it to the input size, tfcnn resizes then crops 87.5%"
+# What no CPU can settle: the accuracy itself, on ImageNet with 8 GPUs (fp16 there is TF1's fp16 compute on fp32
+# variables, as Keras' mixed_float16).
+NGC_DIFFERS = ("the random streams (initial draws, crops, order) are tfcnn's; batch-norm moving statistics are "
+               "averaged over the ranks at every step, in the gradients' allreduce (the scripts' GPUs each kept "
+               "their own, and rank 0's were saved); no ImageNet run here")
+# The scripts' README in the version tfcnn was created from (20.10's own README no longer states them).
+NGC_README = ("(8 GPUs, fp16): the nvidia-examples/cnn README, 'after training' (../shared/seeds/"
+              "ngc-tf-nvidia-examples-cnn-README.txt:19,39)")
 
 
 def _dle(model, batch_size, global_batch, weight_decay, epochs, published, differs=""):
@@ -138,31 +147,24 @@ RECIPES = {
     "se_resnext101_32x4d_250e": _dle("nvidia_se_resnext101_32x4d", 128, 1024, 1 / 16384, 250,
                                      _table("se-resnext101-32x4d", "543,551", "80.9 +/- 0.08", "80.92 +/- 0.09")),
     # ---- NGC nvidia-examples/cnn: every script but trivial.py (a one-layer smoke test)
-    "ngc_resnet50": _ngc("resnet", "resnet50", 2.0, 2048, differs=_ngc_differs(
-        "resnet50", "torchvision", "ResNet v1 (stride on the first 1x1 convolution of a block, tfcnn's is v1.5)")),
-    "ngc_inception_v3": _ngc("inception_v3", "inception_v3", 1.0, 1024, batch_size=128, loss_scale=2048.0,
-                             lines="25-45", differs=_ngc_differs(
-                                 "inception_v3", "torchvision", "its own layer list (no auxiliary head, as tfcnn's "
-                                 "default)")),
-    "ngc_vgg16": _ngc("vgg", "vgg16", 0.02, 2048, lines="26-45", batch_norm=None, differs=_ngc_differs(
-        "vgg16", "torchvision", "the same layers (vgg.py --layers 16), valid-padded pools")),
-    "ngc_googlenet": _ngc("googlenet", "googlenet", 0.04, 2048, lines="25-45", batch_norm=None, differs=_ngc_differs(
-        "googlenet", "torchvision", "no batch norm (tfcnn's has torchvision's)")),
+    "ngc_resnet50": _ngc("resnet", "ngc_resnet50", 2.0, 2048),
+    "ngc_inception_v3": _ngc("inception_v3", "ngc_inception_v3", 1.0, 1024, batch_size=128, loss_scale=2048.0,
+                             lines="25-45"),
+    "ngc_vgg16": _ngc("vgg", "vgg16", 0.02, 2048, lines="26-45", batch_norm=None, differs=(
+        "; the model is tfcnn's vgg16, the script's layers (vgg.py --layers 16)")),
+    "ngc_googlenet": _ngc("googlenet", "ngc_googlenet", 0.04, 2048, lines="25-45", batch_norm=None),
     # builder.dropout(x, 0.8) passes a rate to tf.layers.dropout: 80% of the features are dropped.
-    "ngc_inception_v4": _ngc("inception_v4", "inception_v4", 0.045, 2048, loss_scale=1.0, lines="24-45", dropout=0.8,
-                             differs=_ngc_differs("inception_v4", "timm", "its own layer list")),
-    "ngc_inception_resnet_v2": _ngc("inception_resnet_v2", "inception_resnet_v2", 0.045, 2048, lines="25-45",
-                                    dropout=0.8,
-                                    differs=_ngc_differs("inception_resnet_v2", "timm", "its own layer list")),
-    "ngc_xception": _ngc("xception", "xception", 0.045, 256, batch_size=32, weight_decay=4e-5, precision="fp32",
-                         lines="25-45", dropout=0.5, batch_norm=(1e-5, 0.99), differs=_ngc_differs(
-                             "xception", "timm", "its own layer list") +
-                         "; its loss scale 128 in fp32 changes nothing but rounding (tfcnn scales fp16 only)"),
-    "ngc_alexnet": _ngc("alexnet", "alexnet", 1.0, 2048, weight_decay=5e-4, larc_eta=0.0023, num_iter=91,
-                        image_size=227, lines="24-45", dropout=0.5, batch_norm=None, differs=_ngc_differs(
-                            "alexnet", "torchvision", "alexnet_owt's valid-padded 227 px layer list")),
+    "ngc_inception_v4": _ngc("inception_v4", "ngc_inception_v4", 0.045, 2048, loss_scale=1.0, lines="24-45",
+                             dropout=0.8),
+    "ngc_inception_resnet_v2": _ngc("inception_resnet_v2", "ngc_inception_resnet_v2", 0.045, 2048, lines="25-45",
+                                    dropout=0.8),
+    "ngc_xception": _ngc("xception", "ngc_xception", 0.045, 256, batch_size=32, weight_decay=4e-5, precision="fp32",
+                         lines="25-45", dropout=0.5, batch_norm=(1e-5, 0.99), differs=(
+                             "; its loss scale 128 in fp32 changes nothing but rounding (tfcnn scales fp16 only)")),
+    "ngc_alexnet": _ngc("alexnet", "ngc_alexnet", 1.0, 2048, weight_decay=5e-4, larc_eta=0.0023, num_iter=91,
+                        lines="24-45", dropout=0.5, batch_norm=None),
     "ngc_overfeat": _ngc("overfeat", "overfeat", 0.001, 2048, lines="25-45", batch_norm=None, differs=(
-        "evaluation: nvutils crops the central 80% and resizes it, tfcnn resizes then crops 87.5%")),
+        "; the model is tfcnn's overfeat, the script's layers")),
     # ---- DeepLearningExamples, TensorFlow2 ConvNets (EfficientNet v1-B0)
     # efficientnet_v1/B0/training/AMP/convergence_8xA100-80G.sh with config/defaults.py and b0_cfg.py: 500 epochs,
     # batch 1024 per GPU, lr_init 0.005 per 128 images (= 0.01 per 256), cosine after 5 warmup epochs, RMSprop

@@ -6,7 +6,7 @@ A source is one of:
   log directory or a `tfcnn.convert` output (their latest checkpoint; each records its model);
 - with `model=NAME`: also a timm / torchvision state dict file, or a published weights name such as
   "imagenet" (tfcnn.models.weights.open_weights).
-The feed overrides (image_size, crop_fraction, interpolation) change how the weights' recorded data config
+The feed overrides (image_size, crop_fraction, interpolation, eval_crop) change how the weights' recorded data config
 feeds them; num_classes, their classifier's size.
 """
 from __future__ import annotations
@@ -49,14 +49,16 @@ def in_memory_model(source):
 
 
 def load_model(source, *, model: str | None = None, image_size: int | None = None, crop_fraction: float | None = None,
-               interpolation: str | None = None, num_classes: int | None = None, log=print):
+               interpolation: str | None = None, eval_crop: str | None = None, num_classes: int | None = None,
+               log=print):
     """The zoo model `source` names (see the module docstring), with its data_config as the weights record
     and the overrides change it. A SavedModel is not a source here (it is no Keras model)."""
     from tfcnn import checkpoints
     from tfcnn.models import create_model, list_models
     from tfcnn.models.weights import open_weights, tfcnn_checkpoint
 
-    overrides = dict(input_size=image_size, crop_fraction=crop_fraction, interpolation=interpolation)
+    overrides = dict(input_size=image_size, crop_fraction=crop_fraction, interpolation=interpolation,
+                     eval_crop=eval_crop)
     given = in_memory_model(source)
     if given is not None:
         changed = [k for k, v in {**overrides, "num_classes": num_classes, "model": model}.items() if v is not None]

@@ -19,7 +19,9 @@ The views are the tf backend's (tfcnn.data.preprocessing):
   says so (DALI has no TF1 legacy resize: the ngc view resizes as NVIDIA's own DALI path did, linear
   without antialiasing), flipped at random.
 - evaluation: the shorter side resized to floor(size / crop_fraction), the centre crop, as one antialiased
-  resampling of the crop's window (`resize` with a ROI; bilinear or bicubic), with torchvision's geometry.
+  resampling of the crop's window (`resize` with a ROI; bilinear or bicubic), with torchvision's geometry; or
+  the ngc view: tf.image.central_crop's window resized to the square input without antialiasing (DALI samples
+  at half-pixel centres, where TF1's resize_images does not: the NGC scripts evaluated with tf.data only).
 
 Ranks: DALI's reader splits the records of the sorted shards into num_shards contiguous parts (rank r gets
 records [r N / S, (r + 1) N / S)), `stick_to_shard`: a rank always reads its own part, as with the tf backend.
@@ -66,7 +68,8 @@ def missing_reason() -> str | None:
 def build_dataset(data_dir: str, split: str, batch_size: int, image_size: int, *, device: str,
                   num_classes: int = 1000, num_shards: int = 1, shard_index: int = 0, seed: int = 0,
                   start_step: int = 0, crop_fraction: float = 0.875, interpolation: str = "bilinear",
-                  augment="none", train_crop="torchvision", shuffle_buffer: int = 10_000,
+                  eval_crop: str = "torchvision", augment="none", train_crop="torchvision",
+                  shuffle_buffer: int = 10_000,
                   num_threads: int | None = None, deterministic: bool = True, synthetic: bool = False, **unsupported):
     """pipeline.build_dataset's batches, made by DALI on `device` ('cpu' or 'gpu'). Same arguments, plus
     num_threads: DALI's CPU worker threads (default: this process's cores divided by the local ranks).
@@ -76,7 +79,7 @@ def build_dataset(data_dir: str, split: str, batch_size: int, image_size: int, *
     flag = f"--data_backend dali_{device}"
     _refuse_what_dali_cannot_do(flag, device, augment, unsupported)
     view = pipeline._check_args(batch_size, image_size, num_classes, start_step, train_crop, crop_fraction,
-                                interpolation)
+                                interpolation, eval_crop)
     if synthetic or data_dir is None:
         return pipeline.synthetic_dataset(batch_size, image_size, num_classes, seed)
     device_id = _device_id(flag) if device == "gpu" else None  # before DALI: installing it would not help
@@ -104,7 +107,8 @@ def build_dataset(data_dir: str, split: str, batch_size: int, image_size: int, *
             boxes = [features[f"image/object/bbox/{k}"] for k in BOX_KEYS]
             images = train_view(encoded, boxes, image_size, view, decoder)
         else:
-            images = eval_view(encoded, image_size, crop_fraction, interpolation, decoder)
+            images = (ngc_eval_view if eval_crop == "ngc" else eval_view)(encoded, image_size, crop_fraction,
+                                                                           interpolation, decoder)
         labels = checked_labels(features["image/class/label"], num_classes)
         return images, (labels.gpu() if device == "gpu" else labels)
 
@@ -332,6 +336,18 @@ def eval_view(encoded, image_size, crop_fraction, interpolation, decoder):
                      interp_type=types.INTERP_CUBIC if interpolation == "bicubic" else types.INTERP_LINEAR,
                      roi_start=fn.stack(top * scale_h, left * scale_w),
                      roi_end=fn.stack((top + image_size) * scale_h, (left + image_size) * scale_w))
+
+
+def ngc_eval_view(encoded, image_size, crop_fraction, interpolation, decoder):
+    """preprocessing.ngc_view in DALI: tf.image.central_crop's window (offsets truncated, the crop what is left
+    between them) resized to image_size x image_size, not antialiased."""
+    shape = fn.peek_image_shape(encoded)
+    height, width = fn.cast(shape[0], dtype=types.FLOAT), fn.cast(shape[1], dtype=types.FLOAT)
+    top, left = dmath.floor(height * (1 - crop_fraction) / 2), dmath.floor(width * (1 - crop_fraction) / 2)
+    images = fn.decoders.image(encoded, device=decoder, output_type=types.RGB)
+    return fn.resize(images, size=[image_size, image_size], antialias=False,
+                     interp_type=types.INTERP_CUBIC if interpolation == "bicubic" else types.INTERP_LINEAR,
+                     roi_start=fn.stack(top, left), roi_end=fn.stack(height - top, width - left))
 
 
 def _round_half_even(values):

@@ -112,14 +112,15 @@ def train_batches(data, *, batch_size: int, image_size: int, num_classes: int, s
 
 
 def eval_batches(data, *, batch_size: int, image_size: int, num_classes: int, crop_fraction: float,
-                 interpolation: str = "bilinear", num_shards: int = 1, shard_index: int = 0):
+                 interpolation: str = "bilinear", eval_crop: str = "torchvision", num_shards: int = 1,
+                 shard_index: int = 0):
     """One pass over this rank's share: images already image_size x image_size as they are (prepared data),
     others the evaluation view (resize, centre crop) the records get."""
     def transform(image, label):
         shape = tf.shape(image)
         prepared = tf.logical_and(tf.equal(shape[0], image_size), tf.equal(shape[1], image_size))
         image = tf.cond(prepared, lambda: preprocessing.to_uint8(image),
-                        lambda: preprocessing.eval_view(image, image_size, crop_fraction, interpolation))
+                        lambda: preprocessing.eval_view(image, image_size, crop_fraction, interpolation, eval_crop))
         return tf.ensure_shape(image, [image_size, image_size, 3]), _checked(label, num_classes)
 
     mine = share(data, num_shards, shard_index, "val_data", num_classes)

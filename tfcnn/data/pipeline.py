@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from tfcnn.data import augment as augment_ops
 from tfcnn.data import preprocessing, records
-from tfcnn.options import parse_policy
+from tfcnn.options import EVAL_CROPS, parse_policy
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -70,21 +70,23 @@ def num_classes_of(data_dir: str | None, default: int = 1000) -> int:
 
 def build_dataset(data_dir: str | None, split: str, batch_size: int, image_size: int, *, num_classes: int = 1000,
                   num_shards: int = 1, shard_index: int = 0, seed: int = 0, start_step: int = 0,
-                  crop_fraction: float = 0.875, interpolation: str = "bilinear", train_crop="torchvision",
-                  augment="none",
+                  crop_fraction: float = 0.875, interpolation: str = "bilinear", eval_crop: str = "torchvision",
+                  train_crop="torchvision", augment="none",
                   shuffle_buffer: int = 10_000, synthetic: bool = False, deterministic: bool = True):
     """A dataset of (images uint8 [batch, size, size, 3] RGB, labels int32 [batch]).
 
     split 'train': infinite, augmented, batches of exactly batch_size, starting at `start_step`.
-    split 'validation': one pass, centre crops (torchvision's resize-then-crop view, `interpolation`
-    bilinear or bicubic, antialiased), the last batch may be smaller.
+    split 'validation': one pass, the eval_crop view (preprocessing.eval_view: torchvision's resize then
+    centre crop, `interpolation` bilinear or bicubic, antialiased; or the NGC scripts' central crop resized),
+    the last batch may be smaller.
     data_dir None or synthetic=True: random images generated once and repeated (benchmarks).
     num_shards / shard_index: the Horovod size / rank; each rank reads a disjoint set of files.
     train_crop: the training view, a preprocessing.TRAIN_VIEWS name or a preprocessing.TrainView.
     augment: a training image policy (tfcnn.data.augment: none, randaugment:N,M, autoaugment:imagenet),
     applied after the crop and flip, seeded by the element; validation never augments.
     """
-    view = _check_args(batch_size, image_size, num_classes, start_step, train_crop, crop_fraction, interpolation)
+    view = _check_args(batch_size, image_size, num_classes, start_step, train_crop, crop_fraction, interpolation,
+                       eval_crop)
     policy = parse_policy(augment)
     if synthetic or data_dir is None:
         return synthetic_dataset(batch_size, image_size, num_classes, seed)
@@ -111,7 +113,7 @@ def build_dataset(data_dir: str | None, split: str, batch_size: int, image_size:
 
         def transform(serialized):
             features = records.parse_example(serialized)
-            image = preprocessing.eval_image(features["encoded"], image_size, crop_fraction, interpolation)
+            image = preprocessing.eval_image(features["encoded"], image_size, crop_fraction, interpolation, eval_crop)
             return image, features["label"], features["filename"]
 
         ds = ds.map(transform, num_parallel_calls=AUTOTUNE).batch(batch_size, drop_remainder=False)
@@ -168,7 +170,8 @@ def synthetic_dataset(batch_size, image_size, num_classes, seed=0):
     return tf.data.Dataset.from_tensors((tf.cast(images, tf.uint8), labels)).repeat()
 
 
-def _check_args(batch_size, image_size, num_classes, start_step, train_crop, crop_fraction, interpolation):
+def _check_args(batch_size, image_size, num_classes, start_step, train_crop, crop_fraction, interpolation,
+                eval_crop="torchvision"):
     """DataError naming the argument; returns the training view."""
     for name, value in (("batch_size", batch_size), ("image_size", image_size), ("num_classes", num_classes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -188,6 +191,8 @@ def _check_args(batch_size, image_size, num_classes, start_step, train_crop, cro
     if interpolation not in preprocessing.INTERPOLATIONS:
         raise DataError(f"interpolation must be one of {', '.join(preprocessing.INTERPOLATIONS)}, "
                         f"received: {interpolation!r}")
+    if eval_crop not in EVAL_CROPS:
+        raise DataError(f"eval_crop must be one of {', '.join(EVAL_CROPS)}, received: {eval_crop!r}")
     return view
 
 

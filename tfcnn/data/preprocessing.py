@@ -16,6 +16,8 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from tfcnn.options import EVAL_CROPS
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainView:
@@ -185,9 +187,10 @@ def resize_size(image_size, crop_fraction):
     return int(image_size / crop_fraction + 1e-6)
 
 
-def eval_view(image, image_size, crop_fraction, interpolation="bilinear"):
+def eval_view(image, image_size, crop_fraction, interpolation="bilinear", eval_crop="torchvision"):
     """The evaluation view of a decoded [H, W, 3] image: torchvision's Resize(shorter side to
-    resize_size) then CenterCrop(image_size), as one antialiased resampling. Returns uint8.
+    resize_size) then CenterCrop(image_size), as one antialiased resampling; or, with eval_crop 'ngc',
+    ngc_view's. Returns uint8.
 
     Resize and crop are a single ScaleAndTranslate (scale the whole image, shift by the crop offset),
     with the filters PIL uses when downscaling (triangle for bilinear, Keys cubic a=-0.5 for bicubic,
@@ -198,6 +201,10 @@ def eval_view(image, image_size, crop_fraction, interpolation="bilinear"):
     """
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f"interpolation must be one of {', '.join(INTERPOLATIONS)}, received: {interpolation!r}")
+    if eval_crop == "ngc":
+        return ngc_view(image, image_size, crop_fraction, interpolation)
+    if eval_crop != "torchvision":
+        raise ValueError(f"eval_crop must be one of {', '.join(EVAL_CROPS)}, received: {eval_crop!r}")
     shape = tf.shape(image)
     height, width = tf.cast(shape[0], tf.float64), tf.cast(shape[1], tf.float64)
     short = tf.constant(float(resize_size(image_size, crop_fraction)), tf.float64)
@@ -213,19 +220,34 @@ def eval_view(image, image_size, crop_fraction, interpolation="bilinear"):
     return tf.cast(tf.round(tf.clip_by_value(view[0], 0.0, 255.0)), tf.uint8)
 
 
-def decode_for_eval(encoded):
+def ngc_view(image, image_size, crop_fraction=0.8, interpolation="bilinear"):
+    """The NGC scripts' evaluation view (nvutils/image_processing.py, _crop_and_resize_image without
+    random_crop): tf.image.central_crop(image, crop_fraction) (0.8 there), TF1's resize_images to image_size x
+    image_size (bilinear or bicubic, corner pixels not aligned, no half-pixel centres, no antialiasing; the
+    aspect ratio not kept), truncated to uint8 as the scripts cast it. Returns uint8."""
+    crop = tf.image.central_crop(image, crop_fraction)
+    method = {"bilinear": tf.image.ResizeMethod.BILINEAR, "bicubic": tf.image.ResizeMethod.BICUBIC}[interpolation]
+    resized = tf.compat.v1.image.resize_images(tf.cast(crop, tf.float32), [image_size, image_size], method,
+                                               align_corners=False)
+    return tf.cast(tf.clip_by_value(resized, 0.0, 255.0), tf.uint8)
+
+
+def decode_for_eval(encoded, eval_crop="torchvision"):
     """Any encoded image (JPEG, PNG, BMP, GIF) -> uint8 [H, W, 3]. JPEGs with libjpeg's accurate integer
     DCT, as PIL decodes them (bit-identical), so imported weights see their source's pixels; TensorFlow's
     default fast DCT is about 1 level off on average. (Decoding only the window the view reads saved
-    nothing measurable: the resampling dominates.)"""
+    nothing measurable: the resampling dominates.) The ngc view decodes as the NGC scripts do (TensorFlow's
+    fast DCT, without fancy upscaling: what the ngc training view's TrainView says)."""
+    ngc = TRAIN_VIEWS["ngc"]
+    dct, fancy = (ngc.dct_method, ngc.fancy_upscaling) if eval_crop == "ngc" else ("INTEGER_ACCURATE", True)
     return tf.cond(tf.io.is_jpeg(encoded),
-                   lambda: tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_ACCURATE"),
+                   lambda: tf.io.decode_jpeg(encoded, channels=3, dct_method=dct, fancy_upscaling=fancy),
                    lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False))
 
 
-def eval_image(encoded, image_size, crop_fraction, interpolation="bilinear"):
-    """eval_view of an encoded image."""
-    return eval_view(decode_for_eval(encoded), image_size, crop_fraction, interpolation)
+def eval_image(encoded, image_size, crop_fraction, interpolation="bilinear", eval_crop="torchvision"):
+    """eval_view of an encoded image, decoded as the view's source decodes it."""
+    return eval_view(decode_for_eval(encoded, eval_crop), image_size, crop_fraction, interpolation, eval_crop)
 
 
 def normalize_batch(images, mean, std, dtype):

@@ -23,6 +23,7 @@ from tfcnn.models import inception_resnet_v2 as _inception_resnet_v2  # noqa: E4
 from tfcnn.models import inception_v3 as _inception_v3  # noqa: E402,F401
 from tfcnn.models import inception_v4 as _inception_v4  # noqa: E402,F401
 from tfcnn.models import mobilenet_v2 as _mobilenet_v2  # noqa: E402,F401
+from tfcnn.models import ngc as _ngc  # noqa: E402,F401
 from tfcnn.models import overfeat as _overfeat  # noqa: E402,F401
 from tfcnn.models import resnet as _resnet  # noqa: E402,F401
 from tfcnn.models import vgg as _vgg  # noqa: E402,F401

@@ -4,6 +4,12 @@ Five convolutions with biases (64, 192, 384, 256, 256 filters; the first 11x11 w
 3x3 stride-2 max pools without padding, no normalization; an adaptive average pool onto the 6x6 grid the
 classifier was trained on (so any input from 63 px up works), then dropout -> 4096 -> dropout -> 4096 ->
 logits. Parameter count, layer order and padding equal torchvision's `alexnet`, whose state dicts load.
+
+`ngc_alexnet` is the same builder as NVIDIA's NGC script nvidia-examples/cnn/alexnet.py (20.10-tf1) builds
+AlexNet-OWT: 227 px, the first convolution unpadded ("VALID requires padding the images by 3"), the others
+padded 'same' (as here), and each dropout after a hidden dense layer's ReLU instead of before the layer. At
+227 px the maps before the classifier are 6x6, where the adaptive pool is the identity, as the script
+flattens them.
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from tfcnn.models.layers import AdaptiveAveragePooling2D, conv_init, dense_class
 from tfcnn.models.registry import ModelInfo, register_model
 from tfcnn.models.weights import (IMAGENET_MEAN, IMAGENET_STD, TORCHVISION_DATA, WeightMap, flattened_nchw,
                                   sequential_conv_modules)
+from tfcnn.options import EVAL_CROPS, NGC_MEAN, NGC_STD
 
 layers = tf.keras.layers
 
@@ -23,11 +30,14 @@ POOLED_GRID = 6  # the classifier reads 256 x 6 x 6 features
 HIDDEN = 4096
 
 
-def alexnet(*, num_classes, input_shape, name, dropout_rate=0.5):
-    """The AlexNet builder. dropout_rate: before each of the two hidden dense layers (training only)."""
+def alexnet(*, num_classes, input_shape, name, conv1_padding=2, dropout_after=False, dropout_rate=0.5):
+    """The AlexNet builder. dropout_rate: of the dropout before each of the two hidden dense layers, or after
+    each (dropout_after; training only). conv1_padding: of the first convolution (torchvision's 2, the NGC
+    script's 0)."""
     inputs = tf.keras.Input(input_shape, name="images")
     x = inputs
     for index, (filters, kernel, stride, padding, pool) in enumerate(CONVS, start=1):
+        padding = conv1_padding if index == 1 else padding
         prefix = f"features_conv{index}"
         # Explicit symmetric padding then a 'valid' conv: TF's 'same' would pad the strided 11x11
         # conv asymmetrically (and 'same' is not even this padding for it).
@@ -40,7 +50,7 @@ def alexnet(*, num_classes, input_shape, name, dropout_rate=0.5):
     # 6x6x256 at 224 (conv1 55x55, pools 27, 13, 6)
     x = AdaptiveAveragePooling2D((POOLED_GRID, POOLED_GRID), name="avgpool")(x)
     x = layers.Flatten(name="flatten")(x)  # NHWC order: see _adapt
-    logits = dense_classifier(x, (HIDDEN, HIDDEN), num_classes, dropout_rate)
+    logits = dense_classifier(x, (HIDDEN, HIDDEN), num_classes, dropout_rate, dropout_after)
     return tf.keras.Model(inputs, logits, name=name)
 
 
@@ -63,3 +73,11 @@ register_model(
               reference="torchvision alexnet"),
     WeightMap(reference_module, "torchvision alexnet", classifier="classifier.6", data_config=TORCHVISION_DATA,
               adapt=flattened_nchw(("classifier_fc1",), POOLED_GRID)))
+
+register_model(
+    "ngc_alexnet", alexnet,
+    # min_size 67: without the first convolution's padding, (15 - 1) x 4 + 11 px leave 15 -> 7 -> 7 -> 3 -> 3 -> 1.
+    ModelInfo(name="ngc_alexnet", input_size=227, crop_fraction=EVAL_CROPS["ngc"], mean=NGC_MEAN, std=NGC_STD,
+              top1=0.0, params=61_100_840, gmacs=0.714, min_size=67, interpolation="bilinear",
+              reference="NGC nvidia-examples/cnn alexnet.py", eval_crop="ngc"),
+    conv1_padding=0, dropout_after=True)

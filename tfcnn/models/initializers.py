@@ -29,13 +29,47 @@ from tfcnn.options import WEIGHT_INITS
 layers = tf.keras.layers
 
 
-def initialize(model, scheme: str, seed: int) -> None:
-    """Redraws `model`'s kernels and biases by `scheme` (WEIGHT_INITS; 'model' leaves them)."""
+def build_initialized(build, scheme: str, seed: int):
+    """build()'s model, initialized by `scheme` as initialize() does, each weight drawn once: the builder's
+    initial values of what the scheme redraws are never drawn (they were most of a fresh run's build time:
+    VGG-16 2.7 s, 0.2 s without them). What the scheme leaves is drawn as the builder says, with the same
+    values: Keras' initializers take their seeds when they are created, not when they draw."""
+    if scheme == "model":
+        return build()
+    deferred = {}
+
+    def zeros(next_creator, **kwargs):
+        shape, draw = kwargs.get("shape"), kwargs.get("initial_value")
+        if kwargs.get("name") not in REDRAWN or not callable(draw) or shape is None or not shape.is_fully_defined():
+            return next_creator(**kwargs)
+        dtype = kwargs.get("dtype") or tf.float32
+        variable = next_creator(**{**kwargs, "initial_value": lambda: tf.zeros(shape, dtype)})
+        deferred[id(variable)] = (variable, draw)
+        return variable
+
+    with tf.variable_creator_scope(zeros):
+        model = build()
+    drawn = {id(v) for v in initialize(model, scheme, seed)}
+    for key, (variable, draw) in deferred.items():
+        if key not in drawn:
+            variable.assign(draw())
+    return model
+
+
+REDRAWN = ("kernel", "bias", "depthwise_kernel", "pointwise_kernel")  # the names of what initialize() draws
+
+
+def initialize(model, scheme: str, seed: int) -> list:
+    """Redraws `model`'s kernels and biases by `scheme` (WEIGHT_INITS; 'model' leaves them); returns them."""
     if scheme not in WEIGHT_INITS:
         raise ValueError(f"--weight_init must be one of {', '.join(WEIGHT_INITS)}, received: {scheme!r}")
     if scheme == "model":
-        return
+        return []
+    drawn = []
     for layer in weighted_layers(model):
+        if isinstance(layer, layers.SeparableConv2D):
+            drawn += _initialize_separable(layer, scheme, seed)
+            continue
         kernel = getattr(layer, "depthwise_kernel", None) if isinstance(layer, layers.DepthwiseConv2D) else \
             getattr(layer, "kernel", None)
         if kernel is None:
@@ -57,6 +91,29 @@ def initialize(model, scheme: str, seed: int) -> None:
             bias_value = np.zeros(bias.shape, np.float32) if bias is not None else None
         if bias is not None:
             bias.assign(bias_value)
+        drawn += [kernel] + ([bias] if bias is not None else [])
+    return drawn
+
+
+def _initialize_separable(layer, scheme, seed) -> list:
+    """A separable convolution (NGC's Xception; PyTorch has none): glorot_uniform with the fans TF1's
+    separable_conv2d draws its two kernels with (depthwise (kh, kw, in, multiplier): kh x kw x in and
+    kh x kw x multiplier; pointwise: in and out); the kaiming schemes take the depthwise kernel as a depthwise
+    convolution's and the pointwise as a 1x1 convolution's. Biases 0."""
+    rng = np.random.default_rng([seed % 2**32, zlib.crc32(layer.name.encode())])
+    kh, kw, channels, multiplier = layer.depthwise_kernel.shape
+    fans_of = {"depthwise_kernel": (kh * kw * channels, kh * kw * multiplier) if scheme == "glorot_uniform" else
+               (kh * kw, kh * kw * channels * multiplier), "pointwise_kernel": layer.pointwise_kernel.shape[-2:]}
+    for attribute, (fan_in, fan_out) in fans_of.items():
+        kernel = getattr(layer, attribute)
+        if scheme == "glorot_uniform":
+            kernel.assign(_uniform(rng, kernel.shape, np.sqrt(6.0 / (fan_in + fan_out))))
+        else:
+            fan = fan_in if scheme == "kaiming_fan_in" else fan_out
+            kernel.assign(rng.standard_normal(kernel.shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / fan)))
+    if layer.bias is not None:
+        layer.bias.assign(np.zeros(layer.bias.shape, np.float32))
+    return [layer.depthwise_kernel, layer.pointwise_kernel] + ([layer.bias] if layer.bias is not None else [])
 
 
 def _uniform(rng, shape, bound) -> np.ndarray:

@@ -113,15 +113,19 @@ def inverted_residual(x, out_channels, *, name, kernel_size=3, stride=1, mid_cha
     return x
 
 
-def dense_classifier(x, hidden, num_classes, dropout_rate):
-    """[dropout ->] dense -> ReLU per width of `hidden` (classifier_fc1, ...), then the logits (head_fc,
-    logits_dtype()): AlexNet's and OverFeat's classifier, on flattened features."""
+def dense_classifier(x, hidden, num_classes, dropout_rate, dropout_after=False):
+    """[dropout ->] dense -> ReLU [-> dropout] per width of `hidden` (classifier_fc1, ...), then the logits
+    (head_fc, logits_dtype()): AlexNet's and OverFeat's classifier, on flattened features. The dropout comes
+    before each hidden dense layer (torchvision's AlexNet), or after its ReLU with dropout_after (the NGC
+    script's AlexNet-OWT)."""
     for index, units in enumerate(hidden, start=1):
-        if dropout_rate:
+        if dropout_rate and not dropout_after:
             x = layers.Dropout(dropout_rate, name=f"classifier_fc{index}_dropout")(x)
         x = layers.Dense(units, kernel_initializer=tf.keras.initializers.RandomNormal(stddev=0.01),
                          name=f"classifier_fc{index}")(x)
         x = layers.ReLU(name=f"classifier_fc{index}_relu")(x)
+        if dropout_rate and dropout_after:
+            x = layers.Dropout(dropout_rate, name=f"classifier_fc{index}_dropout")(x)
     return layers.Dense(num_classes, kernel_initializer=tf.keras.initializers.RandomNormal(stddev=0.01),
                         dtype=logits_dtype(), name="head_fc")(x)
 
@@ -132,14 +136,15 @@ def logits_dtype() -> str:
     return "float64" if tf.keras.mixed_precision.global_policy().variable_dtype == "float64" else "float32"
 
 
-def classifier_head(x, num_classes, dropout_rate, name="head"):
+def classifier_head(x, num_classes, dropout_rate, name="head", kernel_initializer=None):
     """Global average pool -> dropout -> dense logits. The dense layer runs in float32 so logits
-    are float32 under mixed_float16 / mixed_bfloat16 (the loss and softmax stay stable)."""
+    are float32 under mixed_float16 / mixed_bfloat16 (the loss and softmax stay stable).
+    kernel_initializer: default normal with std 0.01 (torchvision's)."""
     x = layers.GlobalAveragePooling2D(name=f"{name}_pool")(x)
     if dropout_rate:
         x = layers.Dropout(dropout_rate, name=f"{name}_dropout")(x)
-    return layers.Dense(num_classes, kernel_initializer=tf.keras.initializers.RandomNormal(stddev=0.01),
-                        dtype=logits_dtype(), name=f"{name}_fc")(x)
+    return layers.Dense(num_classes, kernel_initializer=kernel_initializer or tf.keras.initializers.RandomNormal(
+        stddev=0.01), dtype=logits_dtype(), name=f"{name}_fc")(x)
 
 
 @tf.keras.utils.register_keras_serializable(package="tfcnn")

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfcnn.models.layers import PixelNormalization
+from tfcnn.options import EVAL_CROPS
 
 
 INTERPOLATIONS = ("bilinear", "bicubic")
@@ -48,9 +49,13 @@ class DataConfig:
     """What a model's weights expect of their input, recorded with them wherever they go.
 
     input_size: side of the square input. crop_fraction: evaluation resizes the shorter side to
-    floor(input_size / crop_fraction) and centre-crops input_size (0.875: 256 -> 224).
+    floor(input_size / crop_fraction) and centre-crops input_size (0.875: 256 -> 224), or, with eval_crop
+    'ngc', crops that fraction of each side around the centre and resizes it to input_size x input_size.
     mean, std: per-channel normalization on the 0-255 scale. interpolation: of that resize (bilinear
-    or bicubic, antialiased as PIL does).
+    or bicubic, antialiased as PIL does; plain as TF1's resize_images with 'ngc').
+    eval_crop: the evaluation view (tfcnn.data.preprocessing.eval_view): 'torchvision' or 'ngc' (the NGC
+    scripts'). replace(eval_crop=...) to another view without a crop_fraction takes that view's usual one
+    (options.EVAL_CROPS: 0.875, 0.8).
     """
 
     input_size: int
@@ -58,6 +63,7 @@ class DataConfig:
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
     interpolation: str = "bilinear"
+    eval_crop: str = "torchvision"
 
     def __post_init__(self):
         if isinstance(self.input_size, bool) or not isinstance(self.input_size, int) or self.input_size < 1:
@@ -72,6 +78,8 @@ class DataConfig:
         if self.interpolation not in INTERPOLATIONS:
             raise ValueError(f"interpolation must be one of {', '.join(INTERPOLATIONS)}, "
                              f"received: {self.interpolation!r}")
+        if self.eval_crop not in EVAL_CROPS:
+            raise ValueError(f"eval_crop must be one of {', '.join(EVAL_CROPS)}, received: {self.eval_crop!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -81,7 +89,10 @@ class DataConfig:
         return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
 
     def replace(self, **changes) -> "DataConfig":
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if changes.get("eval_crop", self.eval_crop) != self.eval_crop and "crop_fraction" not in changes:
+            changes["crop_fraction"] = EVAL_CROPS.get(changes["eval_crop"])  # an unknown view: __post_init__ says
+        return dataclasses.replace(self, **changes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +103,8 @@ class ModelInfo:
     mean, std: per-channel normalization on the 0-255 scale. interpolation: of the eval resize.
     top1: reference ImageNet top-1 (%). params: trainable parameters with 1000 classes. gmacs: forward
     conv + dense multiply-accumulates (billions) at input_size. min_size: the smallest input side the
-    architecture accepts. reference: the timm / torchvision definition whose weights it loads.
+    architecture accepts. reference: the timm / torchvision definition whose weights it loads, or the NGC
+    script that builds it. eval_crop: the evaluation view (DataConfig).
     """
 
     name: str
@@ -106,11 +118,13 @@ class ModelInfo:
     min_size: int
     interpolation: str = "bilinear"
     reference: str = ""
+    eval_crop: str = "torchvision"
 
     @property
     def data_config(self) -> DataConfig:
         """The input tfcnn trains and evaluates this model with (its own weights)."""
-        return DataConfig(self.input_size, self.crop_fraction, self.mean, self.std, self.interpolation)
+        return DataConfig(self.input_size, self.crop_fraction, self.mean, self.std, self.interpolation,
+                          self.eval_crop)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,20 +133,23 @@ class _Entry:
     arch: dict
     info: ModelInfo
     weight_map: object = None  # tfcnn.models.weights.WeightMap: how reference state dicts name its weights
+    defaults: dict = dataclasses.field(default_factory=dict)  # the variant's own values of overridable options
 
 
 _REGISTRY: dict[str, _Entry] = {}
 
 
 def register_model(name: str, builder: Callable[..., tf.keras.Model], info: ModelInfo, weight_map=None,
-                   **arch) -> None:
+                   defaults: dict | None = None, **arch) -> None:
     """Registers `name` as `builder(**arch, ...)`. A duplicate name is a programming error.
-    weight_map: the family's WeightMap, for loading timm / torchvision state dicts."""
+    weight_map: the family's WeightMap, for loading timm / torchvision state dicts. defaults: the variant's
+    own values of options a user may still override (NVIDIA's batch-norm epsilon on a builder whose default
+    is PyTorch's), where arch fixes what the name stands for."""
     if name in _REGISTRY:
         raise ValueError(f"model name already registered: {name!r}")
     if info.name != name:
         raise ValueError(f"ModelInfo.name {info.name!r} does not match the registered name {name!r}")
-    _REGISTRY[name] = _Entry(builder, dict(arch), info, weight_map)
+    _REGISTRY[name] = _Entry(builder, dict(arch), info, weight_map, dict(defaults or {}))
 
 
 def list_models(pattern: str = "*") -> list[str]:
@@ -173,7 +190,8 @@ def build_model(name: str, num_classes: int, input_shape, options: dict) -> tf.k
         if key not in allowed:
             raise ValueError(f"unknown override for model {name!r}: {key!r}; valid overrides: {', '.join(allowed)}")
     input_shape = check_input_shape(entry.info, input_shape)
-    model = entry.builder(**entry.arch, num_classes=num_classes, input_shape=input_shape, name=name, **options)
+    model = entry.builder(**entry.arch, num_classes=num_classes, input_shape=input_shape, name=name,
+                          **{**entry.defaults, **options})
     # The builder's graph as a ZooModel: the same layers and tensors, so the same weights and checkpoints.
     return ZooModel(model.inputs, model.outputs, name=model.name) if model.outputs else model
 

@@ -184,6 +184,7 @@ class Checkpointer(tf.keras.callbacks.Callback):
         return os.path.join(self.manager.directory, f"ckpt-{step}")
 
 
-@tf.function
-def all_finite(variables):
-    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables])
+def all_finite(variables) -> bool:
+    # Eagerly: a few milliseconds per checkpoint, where a tf.function's trace and graph optimization took seconds
+    # once per run (Inception v4's 900 variables: 2.6 s).
+    return bool(tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables]))

@@ -4,9 +4,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from tfcnn.options import (DATA_BACKENDS, DEFAULT_STOP_SIGNALS, LARC_MODES, LR_GRANULARITIES, MOMENTUM_FORMS,
-                           OPTIMIZERS, PRECISIONS, TRAIN_CROPS, WEIGHT_DECAY_SETS, WEIGHT_INITS, check_mixing,
-                           parse_loss_scale, parse_model_options, parse_policy, parse_signals)
+from tfcnn.options import (DATA_BACKENDS, DEFAULT_STOP_SIGNALS, EVAL_CROPS, LARC_MODES, LR_GRANULARITIES,
+                           MOMENTUM_FORMS, OPTIMIZERS, PRECISIONS, TRAIN_CROPS, WEIGHT_DECAY_SETS, WEIGHT_INITS,
+                           check_mixing, parse_loss_scale, parse_model_options, parse_policy, parse_signals)
 from tfcnn.recipes import RECIPES, get_recipe
 
 SCHEDULES = ("cosine", "step", "poly", "constant")
@@ -88,6 +88,9 @@ class TrainConfig:
                                           "scripts) or none (the whole image, resized if it is not the training size, "
                                           "not flipped: data already prepared); default: small at up to "
                                           f"{SMALL_IMAGES:.0%} of the model's input size, else torchvision")
+    eval_crop: str | None = option(None, "evaluation view the run's checkpoints and exports record: torchvision "
+                                         "(resize the shorter side, centre crop) or ngc (the NGC scripts' central "
+                                         "80% crop resized to the input size); default: the model's")
     mean: tuple | None = option(None, "normalization mean per RGB channel, 0-255 (default: the model's)")
     std: tuple | None = option(None, "normalization std per RGB channel, 0-255 (default: the model's)")
     augment: str = option("none", "per-image training policy: none, randaugment:N,M (N ops of magnitude M, e.g. "
@@ -206,6 +209,8 @@ def validate(config: TrainConfig) -> None:
             raise ValueError(f"--{name} must be >= 0, received: {getattr(config, name)!r}")
     if not 0 <= config.label_smoothing < 1:
         raise ValueError(f"--label_smoothing must be in [0, 1), received: {config.label_smoothing!r}")
+    if config.eval_crop is not None and config.eval_crop not in EVAL_CROPS:
+        raise ValueError(f"--eval_crop must be one of {', '.join(EVAL_CROPS)}, received: {config.eval_crop!r}")
     parse_policy(config.augment)
     parse_loss_scale(config.loss_scale)
     for name in ("mean", "std"):

@@ -48,7 +48,7 @@ class ServingModule(tf.Module):
     def classify_encoded(self, encoded):
         size = self.data.input_size
         images = tf.map_fn(lambda data: preprocessing.eval_image(data, size, self.data.crop_fraction,
-                                                                 self.data.interpolation),
+                                                                 self.data.interpolation, self.data.eval_crop),
                            encoded, fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8))
         return self.classify_images(tf.cast(images, tf.float32))
 

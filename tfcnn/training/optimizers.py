@@ -47,7 +47,8 @@ def decayed_variables(model, weight_decay_set: str = "kernels") -> list:
 
 def l2_penalty(variables, weight_decay):
     """weight_decay / 2 * sum of squares, in float32 (variables are float32 under mixed precision too)."""
-    return 0.5 * weight_decay * tf.add_n([tf.reduce_sum(tf.square(v)) for v in variables])
+    # l2_loss (sum(v ** 2) / 2) is one op, and its gradient one: Sum(Square) are two, with five in the gradient
+    return weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in variables])
 
 
 def larc(gradients, variables, learning_rate, eta, mode="clip"):
@@ -61,14 +62,18 @@ def larc(gradients, variables, learning_rate, eta, mode="clip"):
     averaged, unscaled ones, weight decay included, as nvutils wraps the optimizer."""
     if mode not in LARC_MODES:
         raise ValueError(f"--larc_mode must be one of {', '.join(LARC_MODES)}, received: {mode!r}")
-    scaled = []
-    for gradient, variable in zip(gradients, variables):
-        w_norm, g_norm = tf.norm(variable), tf.norm(gradient)
-        local = tf.where(tf.logical_and(w_norm > 0, g_norm > 0), eta * tf.math.divide_no_nan(w_norm, g_norm), 1.0)
-        if mode == "clip":
-            local = tf.minimum(local / tf.cast(learning_rate, local.dtype), 1.0)
-        scaled.append(gradient * tf.cast(local, gradient.dtype))
-    return scaled
+    # The local rates of all variables as one vector: scalar ops per variable made LARC a third of the train
+    # step's graph (Inception v4: 7,600 of 24,000 ops), which every run traces, optimizes and instantiates.
+    dtype = variables[0].dtype
+
+    def norms(tensors):
+        return tf.sqrt(2.0 * tf.stack([tf.nn.l2_loss(tf.cast(t, dtype)) for t in tensors]))
+
+    w_norm, g_norm = norms(variables), norms(gradients)
+    local = tf.where(tf.logical_and(w_norm > 0, g_norm > 0), eta * tf.math.divide_no_nan(w_norm, g_norm), 1.0)
+    if mode == "clip":
+        local = tf.minimum(local / tf.cast(learning_rate, dtype), 1.0)
+    return [gradient * tf.cast(rate, gradient.dtype) for gradient, rate in zip(gradients, tf.unstack(local))]
 
 
 @tf.keras.utils.register_keras_serializable(package="tfcnn")
@@ -78,8 +83,11 @@ class MomentumSGD(tf.keras.optimizers.Optimizer):
     whole velocity at once (Keras' SGD folds each step's rate into it). The first step's velocity is g,
     as PyTorch's buffer starts as a copy of the first gradient. No dampening."""
 
-    def __init__(self, learning_rate=0.1, momentum=0.9, nesterov=False, name="MomentumSGD", **kwargs):
-        super().__init__(name=name, **kwargs)
+    def __init__(self, learning_rate=0.1, momentum=0.9, nesterov=False, name="MomentumSGD", weight_decay=None,
+                 **kwargs):
+        # weight_decay None: with tf_keras' default 0 every step still subtracts a zero decay from every variable
+        # (Inception v4: 3,100 ops to trace and run)
+        super().__init__(name=name, weight_decay=weight_decay, **kwargs)
         if not 0 <= float(momentum) < 1:
             raise ValueError(f"momentum must be in [0, 1), received: {momentum!r}")
         self.momentum, self.nesterov = float(momentum), bool(nesterov)

@@ -4,7 +4,8 @@ the log directory and the initial weights, and the step arithmetic.
 Where the weights come from, in order: the latest checkpoint of --log_dir (a resume; --init_weights is
 then ignored, and the log says so), else --init_weights (a timm / torchvision state dict or a tfcnn
 checkpoint: rank 0 reads it, the others receive the weights by broadcast), else a fresh initialization.
-The builder options and the data config (input size, crop, mean/std, interpolation) come with them.
+The builder options and the data config (input size, crop, mean/std, interpolation, evaluation view) come with
+them; --mean, --std and --eval_crop replace the data config's.
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def make_plan(config: TrainConfig, train_records: int | None = None) -> Plan:
     options, data, init, init_classes = _starting_weights(config, checkpoint)
     if not checkpoint:  # a resumed run keeps what its checkpoint records
         options = {**options, **(config.model_options or {})}
-        data = data.replace(mean=config.mean, std=config.std)
+        data = data.replace(mean=config.mean, std=config.std, eval_crop=config.eval_crop)
     config = _resolve(_resolve_accumulation(config, distributed.size()), data.input_size)
     info = model_info(config.model)
     if config.image_size < info.min_size:

@@ -27,6 +27,7 @@ so no rank ever waits on another. The run itself (train()) is tfcnn.training.run
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import tensorflow as tf
 
@@ -35,7 +36,7 @@ from tfcnn.data import backends, pipeline, preprocessing
 from tfcnn.ema import WeightAverage
 from tfcnn.metrics import accuracy, count_correct
 from tfcnn.models import create_model
-from tfcnn.models.initializers import initialize
+from tfcnn.models.initializers import build_initialized
 from tfcnn.models.weights import load_weights
 from tfcnn.options import check_mixing, parse_loss_scale
 from tfcnn.precision import set_policy
@@ -74,7 +75,8 @@ class ClassifierTrainer(tf.keras.Model):
         self.first_nonfinite_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="first_nonfinite_step")
         self.loss_metric = tf.keras.metrics.Mean("loss")
         self.top1_metric = tf.keras.metrics.SparseCategoricalAccuracy("top1")
-        self._gradients = tf.function(self.compute_gradients, jit_compile=use_xla)
+        # A function of its own only to be compiled: without XLA its boundary costs tracing time and nothing else.
+        self._gradients = tf.function(self.compute_gradients, jit_compile=True) if use_xla else self.compute_gradients
         self.fixed_batch = None
         self.ema = WeightAverage(model, ema_decay) if ema_decay else None
         self.moving_stats = moving_statistics(model)
@@ -214,8 +216,11 @@ def build_trainer(plan: Plan, log=print, lr=None, state=None, broadcast=True):
     # The seed fixes the initial weights too (Keras draws unseeded initializers' seeds from Python's
     # `random`), so a run is reproducible.
     tf.keras.utils.set_random_seed(config.seed)
-    model = create_model(config.model, num_classes=plan.num_classes,
-                         input_shape=(plan.image_size, plan.image_size, 3), **plan.options)
+    build = functools.partial(create_model, config.model, num_classes=plan.num_classes,
+                              input_shape=(plan.image_size, plan.image_size, 3), **plan.options)
+    fresh = plan.init is None and plan.checkpoint is None and not config.init_weights
+    # A fresh model is initialized as the run says; the others are loaded or restored below.
+    model = build_initialized(build, config.weight_init, config.seed) if fresh else build()
     model.data_config = plan.data_config
     warning = small_batch_norm_warning(model, config.batch_size)
     if warning:
@@ -228,8 +233,6 @@ def build_trainer(plan: Plan, log=print, lr=None, state=None, broadcast=True):
         report = load_weights(model, plan.init, head="new" if new_head else "keep", log=log)
         log(f"tfcnn: initial weights from {config.init_weights} ({report['loaded']} tensors; data config: "
             f"{plan.init.data_origin})")
-    elif plan.checkpoint is None and not config.init_weights:  # a fresh model: initialized as the run says
-        initialize(model, config.weight_init, config.seed)
     if lr is None:  # --lr is per 256 images
         lr = config_schedule(config, config.lr * plan.global_batch / 256, plan.total_steps, plan.steps_per_epoch)
     decayed = decayed_variables(model, config.weight_decay_set)
@@ -334,7 +337,8 @@ def predict(trainer: ClassifierTrainer, plan: Plan, data=None) -> dict:
     """Top-1/top-5 of the trained model: on the whole validation split, in this one process; or on `data`
     held in memory (tfcnn.data.memory), every rank counting its share, the counts summed over ranks."""
     view = plan.data_config
-    options = dict(num_classes=plan.num_classes, crop_fraction=view.crop_fraction, interpolation=view.interpolation)
+    options = dict(num_classes=plan.num_classes, crop_fraction=view.crop_fraction, interpolation=view.interpolation,
+                   eval_crop=view.eval_crop)
     if data is None:
         dataset = backends.build_dataset(plan.config.data_backend, plan.config.data_dir, "validation",
                                          plan.config.batch_size, plan.image_size, **options)
