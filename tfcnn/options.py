@@ -14,8 +14,9 @@ IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 # The NGC scripts' normalization (nvidia-examples/cnn nvutils/runner.py:114-115): their networks and recipes.
 NGC_MEAN, NGC_STD = (121.0, 115.0, 100.0), (70.0, 68.0, 71.0)
 # The top-1 the scripts' README states their ResNet-50 and Inception V3 reach after training (8 GPUs, fp16; the
-# README tfcnn was created from, ../shared/seeds/ngc-tf-nvidia-examples-cnn-README.txt:19,39): those networks'
-# reference top-1 in the zoo, and their recipes' published figure.
+# README of the release tfcnn was created from: "After training, ResNet50 and Inception_v3 should achieve top1
+# accuracies of 75.5% and 77.8%"; 20.10's no longer says it): those networks' reference top-1 in the zoo, and
+# their recipes' published figure.
 NGC_README_TOP1 = {"ngc_resnet50": 75.5, "ngc_inception_v3": 77.8}
 # Evaluation views (tfcnn.data.preprocessing.eval_view), each with the crop fraction it usually takes:
 # torchvision's resize of the shorter side to size / fraction and centre crop; the NGC scripts' central crop of
