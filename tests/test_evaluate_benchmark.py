@@ -52,35 +52,40 @@ def eval_setup(tmp_path_factory):
     return str(root / "tf"), path, reference
 
 
-def run_evaluate(launcher, data_dir, checkpoint, output, *extra):
-    cmd = launcher + [sys.executable, "-m", "tfcnn.evaluate", "--model=resnet18", f"--data_dir={data_dir}",
-                      f"--checkpoint={checkpoint}", "--batch_size=4", f"--image_size={SIZE}",
-                      f"--num_classes={NUM_CLASSES}", f"--output={output}", *extra]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
-    return done
+def evaluate_args(data_dir, checkpoint, output):
+    return ["--model=resnet18", f"--data_dir={data_dir}", f"--checkpoint={checkpoint}", "--batch_size=4",
+            f"--image_size={SIZE}", f"--num_classes={NUM_CLASSES}", f"--output={output}"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", [pytest.param([], id="single"), pytest.param(HOROVODRUN_GLOO, id="horovodrun-2")])
-def test_evaluation_counts_equal_the_hand_computed_reference(eval_setup, tmp_path, launcher):
+def test_evaluation_counts_equal_the_hand_computed_reference(eval_setup, tmp_path, launcher, capsys):
+    from tfcnn import evaluate
+
     data_dir, checkpoint, reference = eval_setup
-    done = run_evaluate(launcher, data_dir, checkpoint, tmp_path / "eval.json")
-    assert done.returncode == 0, done.stderr[-3000:]
+    args = evaluate_args(data_dir, checkpoint, tmp_path / "eval.json")
+    if launcher:  # the entry point as processes, two ranks
+        done = subprocess.run(launcher + [sys.executable, "-m", "tfcnn.evaluate", *args], capture_output=True,
+                              text=True, timeout=300, cwd=REPO)
+        assert done.returncode == 0, done.stderr[-3000:]
+        out = done.stdout
+    else:  # one rank: its main() in this process
+        evaluate.main(args)
+        out = capsys.readouterr().out
     result = json.loads((tmp_path / "eval.json").read_text())
     assert {k: result[k] for k in reference} == reference
     assert result["top1"] == pytest.approx(reference["top1_correct"] / 11)
     assert result["top5"] == pytest.approx(reference["top5_correct"] / 11)
     assert result["ranks"] == (2 if launcher else 1)
-    assert "top-1" in done.stdout
+    assert "top-1" in out
 
 
 def evaluate_main(data_dir, checkpoint, output):
-    """What run_evaluate([], ...) does, in this process: the message the process would exit with."""
+    """The entry point's main() in this process, which must refuse: the message the process would exit with."""
     from tfcnn import evaluate
 
     with pytest.raises(SystemExit) as exit:
-        evaluate.main(["--model=resnet18", f"--data_dir={data_dir}", f"--checkpoint={checkpoint}", "--batch_size=4",
-                       f"--image_size={SIZE}", f"--num_classes={NUM_CLASSES}", f"--output={output}"])
+        evaluate.main(evaluate_args(data_dir, checkpoint, output))
     return str(exit.value.code)
 
 
