@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from launchers import CYCLE_TIME_MS
 from testnet import WITH_TESTNET
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -18,7 +19,9 @@ TINY = {
     # trainer's XLA path is tested against plain steps in test_training, the benchmark's in test_evaluate_benchmark).
     "train_step.py": ["--model=mobilenet_v2", "--batch_size=2", "--image_size=48", "--steps=2", "--warmup_steps=1",
                       "--repeats=1", "--no_xla"],
-    "input_pipeline.py": ["--num_images=16", "--images=16", "--batch_size=4", "--image_size=32", "--repeats=1"],
+    # 16 images converted in this process (a worker process each would start TensorFlow for a few of them)
+    "input_pipeline.py": ["--num_images=16", "--prep_workers=1", "--images=16", "--batch_size=4", "--image_size=32",
+                          "--repeats=1"],
     "prep_conversion.py": ["--num_images=8", "--workers=2"],
     "inference.py": ["--model=mobilenet_v2", "--image_size=32", "--large_batch=4", "--steps=4"],
     "memory.py": ["--model=mobilenet_v2", "--batch_size=2", "--image_size=48", "--steps=2", "--repeats=1"],
@@ -58,8 +61,9 @@ def test_bench_script_writes_well_formed_json(script, tmp_path):
     if missing:
         pytest.skip(f"{script} needs {', '.join(missing)}: {install}")
     out = tmp_path / "result.json"
+    env = {**os.environ, "HOROVOD_CYCLE_TIME": CYCLE_TIME_MS}  # stop_agreement.py's ranks: as the tests' launchers
     done = subprocess.run([sys.executable, os.path.join(REPO, "bench", script), *TINY[script], f"--output={out}"],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["benchmark"] == f"bench/{script}" and result["environment"]["device"]
