@@ -1,7 +1,7 @@
 """Input pipeline: tfcnn's training pipeline vs a decode-only baseline and the classic pipeline.
 
-    python bench/input_pipeline.py [--data_dir SHARDS] [--num_images 800] [--images 2000] [--batch_size 64]
-        [--data_backend dali_cpu [--dali_threads N]]
+    python bench/input_pipeline.py [--data_dir SHARDS] [--num_images 800] [--prep_workers N] [--images 2000]
+        [--batch_size 64] [--data_backend dali_cpu [--dali_threads N]]
 
 Without --data_dir it draws --num_images images of typical ImageNet size (375-500 px a side, about
 100 KB each) and converts them with imagenet_prep (shorter side capped at 480, JPEG quality 90) into a
@@ -24,7 +24,7 @@ from common import parser, refuse, report
 SCRIPT = "bench/input_pipeline.py"
 
 
-def make_shards(directory, num_images):
+def make_shards(directory, num_images, workers):
     from imagenet_prep.build_tfrecords import build_tfrecords
     from imagenet_prep.demo_dataset import make_dataset
 
@@ -32,7 +32,7 @@ def make_shards(directory, num_images):
     make_dataset(os.path.join(directory, "raw"), num_classes=4, train_per_class=per_class, val_per_class=1,
                  min_size=375, max_size=500)
     build_tfrecords(os.path.join(directory, "tf"), os.path.join(directory, "raw", "train"), train_shards=16,
-                    resize="shorter:480", quality=90, log=lambda *_: None)
+                    resize="shorter:480", quality=90, num_workers=workers, log=lambda *_: None)
     return os.path.join(directory, "tf")
 
 
@@ -40,6 +40,7 @@ def main():
     p = parser(__doc__)
     p.add_argument("--data_dir", help="existing train shards (default: generate them)")
     p.add_argument("--num_images", type=int, default=800, help="images to generate when --data_dir is absent")
+    p.add_argument("--prep_workers", type=int, help="processes converting them (default: all cores)")
     p.add_argument("--images", type=int, default=2000, help="images timed per pipeline")
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--image_size", type=int, default=224)
@@ -51,7 +52,7 @@ def main():
     from tfcnn.data import bench, pipeline
 
     with tempfile.TemporaryDirectory() as tmp:
-        data_dir = args.data_dir or make_shards(tmp, args.num_images)
+        data_dir = args.data_dir or make_shards(tmp, args.num_images, args.prep_workers)
         dali = args.data_backend != "tf"
         try:
             pipeline.list_shards(data_dir, "train")

@@ -2,7 +2,7 @@
 matmul on the same cores, in the same process, in alternating order.
 
     python bench/roofline.py [--isa avx2] [--model resnet50] [--image_size 224] [--batch_size 16]
-                             [--steps 4] [--matmul_size 2048] [--repeats 2] [--output FILE]
+                             [--steps 4] [--matmul_size 2048] [--matmul_seconds 2] [--repeats 2] [--output FILE]
 
 The attainable rate is a square fp32 `tf.linalg.matmul` (2 n^3 FLOPs a product), the densest work TensorFlow
 does on a CPU. The model's rate counts 2 FLOPs per multiply-accumulate of its forward pass
@@ -53,6 +53,7 @@ def main():
     p.add_argument("--batch_size", type=int, default=16)
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--matmul_size", type=int, default=2048)
+    p.add_argument("--matmul_seconds", type=float, default=2.0, help="how long each matmul measurement runs, at least")
     p.add_argument("--repeats", type=int, default=2)
     args = p.parse_args()
     if args.isa:
@@ -64,7 +65,7 @@ def main():
     flops_per_image = 3 * 2 * macs  # forward, input gradients, weight gradients; 2 FLOPs a MAC
     matmul, images = [], []
     for _ in range(args.repeats):
-        matmul.append(matmul_flops(args.matmul_size))
+        matmul.append(matmul_flops(args.matmul_size, args.matmul_seconds))
         images.append(model_step_rate(args.model, args.image_size, args.batch_size, "train", args.steps))
         print(f"matmul {matmul[-1] / 1e9:.1f} GFLOP/s, {args.model} training {images[-1]:.2f} img/s = "
               f"{images[-1] * flops_per_image / 1e9:.1f} GFLOP/s", file=sys.stderr, flush=True)

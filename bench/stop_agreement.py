@@ -1,7 +1,7 @@
 """The per-step stop agreement's cost: two-rank training with --stop_signals on (the default) vs none.
 
     python bench/stop_agreement.py [--model resnet18] [--image_size 32] [--batch_size 2] [--steps 100]
-        [--warmup_steps 10] [--repeats 2] [--launcher horovodrun|mpiexec]
+        [--warmup_steps 10] [--repeats 2] [--launcher horovodrun|mpiexec] [--train_command examples/train.py]
 
 With stop signals on, every optimizer step adds one int32 to the grouped gradient allreduce (the ranks'
 stop flags, summed) and reads it on the host; with `--stop_signals none` neither happens. A small model at
@@ -12,6 +12,7 @@ the trainer's own figure (warmup steps excluded).
 """
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,7 @@ CONTENDERS = {"stop agreement on (default signals)": "TERM,INT,USR1", "no stop a
 
 
 def run(launcher, args, signals, log_dir):
-    command = LAUNCHERS[launcher] + [sys.executable, os.path.join(REPO, "examples", "train.py"),
+    command = LAUNCHERS[launcher] + [sys.executable, *shlex.split(args.train_command),
                                      f"--model={args.model}", f"--image_size={args.image_size}",
                                      f"--batch_size={args.batch_size}", f"--num_iter={args.steps}", "--iter_unit=batch",
                                      f"--benchmark_warmup_steps={args.warmup_steps}", f"--stop_signals={signals}",
@@ -48,6 +49,9 @@ def main():
     p.add_argument("--warmup_steps", type=int, default=10, help="excluded from img/s")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--launcher", choices=sorted(LAUNCHERS), default="horovodrun")
+    p.add_argument("--train_command", default="examples/train.py",
+                   help="what each rank runs with Python before the training flags, from the repository root "
+                        "(a wrapper too: the tests run tests/scripts/with_testnet.py examples/train.py)")
     args = p.parse_args()
     rates = {name: [] for name in CONTENDERS}
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,6 +19,7 @@ Unreadable images are skipped, named and counted, and never abort the build.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import glob
 import multiprocessing
@@ -290,8 +291,19 @@ def build_tfrecords(output_dir: str, train_dir: str | None = None, validation_di
     metadata.setdefault("splits", {})
     num_workers = num_workers or os.cpu_count() or 1
     log(f"{len(classes)} classes; resize {spec}, JPEG quality {quality}, {num_workers} worker processes")
-    return {split: _build_split(output_dir, split, shards, spec, quality, num_workers, metadata, log)
-            for split, shards in plans.items()}
+    with contextlib.ExitStack() as stack:
+        pools = []
+
+        def pool():
+            """One pool for every split: each worker process starts (and imports TensorFlow) once."""
+            if not pools:
+                pools.append(stack.enter_context(concurrent.futures.ProcessPoolExecutor(
+                    max_workers=min(num_workers, sum(len(shards) for shards in plans.values())),
+                    mp_context=multiprocessing.get_context("spawn"))))
+            return pools[0]
+
+        return {split: _build_split(output_dir, split, shards, spec, quality, num_workers, pool, metadata, log)
+                for split, shards in plans.items()}
 
 
 def _check_inputs(train_dir, validation_dir, train_shards, validation_shards, quality, num_workers):
@@ -326,7 +338,7 @@ def _check_resumable(output_dir, split, num_shards, options, metadata):
                          f"use a new --output_dir or delete them")
 
 
-def _build_split(output_dir, split, shards, spec, quality, num_workers, metadata, log) -> dict:
+def _build_split(output_dir, split, shards, spec, quality, num_workers, pool, metadata, log) -> dict:
     for stale in glob.glob(os.path.join(output_dir, f".{split}-*.tmp-*")):
         os.remove(stale)  # left by a run that was killed
     split_meta = metadata["splits"].setdefault(split, {})
@@ -359,15 +371,14 @@ def _build_split(output_dir, split, shards, spec, quality, num_workers, metadata
         for name, items in todo:
             finished(convert_shard(output_dir, name, items, spec, quality))
     else:
-        with concurrent.futures.ProcessPoolExecutor(
-                max_workers=min(num_workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(convert_shard, output_dir, name, items, spec, quality) for name, items in todo]
-            try:
-                for future in concurrent.futures.as_completed(futures):
-                    finished(future.result())
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+        workers = pool()
+        futures = [workers.submit(convert_shard, output_dir, name, items, spec, quality) for name, items in todo]
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                finished(future.result())
+        except BaseException:
+            workers.shutdown(wait=True, cancel_futures=True)
+            raise
     split_meta["num_records"] = sum(split_meta["shards"].values())
     split_meta["complete"] = len(split_meta["shards"]) == len(shards)
     atomic_write_text(os.path.join(output_dir, records.METADATA_FILE), _json(metadata))

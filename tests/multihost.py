@@ -35,6 +35,8 @@ import subprocess
 import sys
 import time
 
+from launchers import CYCLE_TIME_MS  # the tests' Horovod coordination cycle (launchers.py says why)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_BIN = os.path.dirname(sys.executable)
 PREFIX = "tfmh"  # every namespace the harness makes is named PREFIX-<owner pid>-<random>-<role>
@@ -309,12 +311,13 @@ class Hosts:
         """horovodrun's options for reaching these hosts. --disable-cache: horovodrun otherwise skips its
         ssh check for an hour after one succeeded with the same arguments (~/.horovod)."""
         return [os.path.join(VENV_BIN, "horovodrun"), "--disable-cache", "--ssh-port", str(self.ssh_port),
-                "--ssh-identity-file", self.key, "--network-interface", self.iface]
+                "--ssh-identity-file", self.key, "--network-interface", self.iface, "--cycle-time-ms", CYCLE_TIME_MS]
 
     def mpiexec(self, names=None) -> list[str]:
         """OpenMPI's mpiexec, one rank per host, its daemons (oob) and messages (btl) over `iface`."""
         names = names or self.names
-        return ["mpiexec", "--allow-run-as-root", "-np", str(len(names)), "-H", self.host_list(names),
+        return ["mpiexec", "--allow-run-as-root", "-x", f"HOROVOD_CYCLE_TIME={CYCLE_TIME_MS}", "-np", str(len(names)),
+                "-H", self.host_list(names),
                 "--mca", "plm_rsh_args", " ".join(self.ssh_args()),
                 "--mca", "btl_tcp_if_include", self.iface, "--mca", "oob_tcp_if_include", self.iface]
 

@@ -51,18 +51,49 @@ def runnable_blocks():
     return blocks
 
 
-@pytest.mark.parametrize("name, line, code", runnable_blocks(), ids=lambda v: str(v)[:40])
-def test_marked_snippets_run(name, line, code, tmp_path, imagenet_cache):
-    """A renamed function or flag breaks these, not the reader. They run as a reader would, in a fresh
-    process (beside a photo.jpg, which the README's example reads, with published weights in the cache)."""
-    from PIL import Image
+# Runs each snippet (a JSON list of code) as a reader would, in a directory of its own beside a photo.jpg, with fresh
+# globals and Keras state; prints one JSON line per snippet: null, or the traceback it failed with.
+SNIPPET_RUNNER = """
+import json, os, sys, traceback
+import numpy as np
+from PIL import Image
 
-    pixels = (np.random.default_rng(0).random((120, 160, 3)) * 255).astype(np.uint8)
-    Image.fromarray(pixels).save(tmp_path / "photo.jpg")
+pixels = (np.random.default_rng(0).random((120, 160, 3)) * 255).astype(np.uint8)
+for index, code in enumerate(json.loads(sys.stdin.read())):
+    os.makedirs(str(index))
+    os.chdir(str(index))
+    Image.fromarray(pixels).save("photo.jpg")
+    try:
+        exec(compile(code, f"<snippet {index}>", "exec"), {"__name__": "__main__"})
+        failure = None
+    except BaseException:
+        failure = traceback.format_exc()
+    os.chdir("..")
+    if "tensorflow" in sys.modules:
+        sys.modules["tensorflow"].keras.backend.clear_session()
+    print("SNIPPET " + json.dumps(failure), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def snippet_failures(tmp_path_factory, imagenet_cache):
+    """{(file, line): None or the traceback}: every marked snippet, run in one fresh process (the same Python,
+    TensorFlow loaded once rather than once a snippet), with published weights in the cache."""
+    blocks = runnable_blocks()
     env = {**os.environ, "PYTHONPATH": REPO, "TFCNN_CACHE_DIR": imagenet_cache, "TFCNN_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env=env)
-    assert done.returncode == 0, f"{name}:{line}: the snippet failed:\n{done.stderr[-3000:]}"
+    done = subprocess.run([sys.executable, "-c", SNIPPET_RUNNER], input=json.dumps([code for _, _, code in blocks]),
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path_factory.mktemp("snippets"), env=env)
+    results = [json.loads(line.split(" ", 1)[1]) for line in done.stdout.splitlines() if line.startswith("SNIPPET ")]
+    assert done.returncode == 0 and len(results) == len(blocks), done.stderr[-3000:]
+    return {(name, line): failure for (name, line, _), failure in zip(blocks, results)}
+
+
+@pytest.mark.parametrize("name, line, code", runnable_blocks(), ids=lambda v: str(v)[:40])
+def test_marked_snippets_run(name, line, code, snippet_failures):
+    """A renamed function or flag breaks these, not the reader. They run as a reader would: each in a directory
+    of its own beside a photo.jpg (the README's example reads one), in a Python started for them."""
+    failure = snippet_failures[(name, line)]
+    assert failure is None, f"{name}:{line}: the snippet failed:\n{failure[-3000:]}"
 
 
 def test_the_readme_and_the_site_mark_snippets_to_run():

@@ -52,26 +52,41 @@ def eval_setup(tmp_path_factory):
     return str(root / "tf"), path, reference
 
 
-def run_evaluate(launcher, data_dir, checkpoint, output, *extra):
-    cmd = launcher + [sys.executable, "-m", "tfcnn.evaluate", "--model=resnet18", f"--data_dir={data_dir}",
-                      f"--checkpoint={checkpoint}", "--batch_size=4", f"--image_size={SIZE}",
-                      f"--num_classes={NUM_CLASSES}", f"--output={output}", *extra]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
-    return done
+def evaluate_args(data_dir, checkpoint, output):
+    return ["--model=resnet18", f"--data_dir={data_dir}", f"--checkpoint={checkpoint}", "--batch_size=4",
+            f"--image_size={SIZE}", f"--num_classes={NUM_CLASSES}", f"--output={output}"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", [pytest.param([], id="single"), pytest.param(HOROVODRUN_GLOO, id="horovodrun-2")])
-def test_evaluation_counts_equal_the_hand_computed_reference(eval_setup, tmp_path, launcher):
+def test_evaluation_counts_equal_the_hand_computed_reference(eval_setup, tmp_path, launcher, capsys):
+    from tfcnn import evaluate
+
     data_dir, checkpoint, reference = eval_setup
-    done = run_evaluate(launcher, data_dir, checkpoint, tmp_path / "eval.json")
-    assert done.returncode == 0, done.stderr[-3000:]
+    args = evaluate_args(data_dir, checkpoint, tmp_path / "eval.json")
+    if launcher:  # the entry point as processes, two ranks
+        done = subprocess.run(launcher + [sys.executable, "-m", "tfcnn.evaluate", *args], capture_output=True,
+                              text=True, timeout=300, cwd=REPO)
+        assert done.returncode == 0, done.stderr[-3000:]
+        out = done.stdout
+    else:  # one rank: its main() in this process
+        evaluate.main(args)
+        out = capsys.readouterr().out
     result = json.loads((tmp_path / "eval.json").read_text())
     assert {k: result[k] for k in reference} == reference
     assert result["top1"] == pytest.approx(reference["top1_correct"] / 11)
     assert result["top5"] == pytest.approx(reference["top5_correct"] / 11)
     assert result["ranks"] == (2 if launcher else 1)
-    assert "top-1" in done.stdout
+    assert "top-1" in out
+
+
+def evaluate_main(data_dir, checkpoint, output):
+    """The entry point's main() in this process, which must refuse: the message the process would exit with."""
+    from tfcnn import evaluate
+
+    with pytest.raises(SystemExit) as exit:
+        evaluate.main(evaluate_args(data_dir, checkpoint, output))
+    return str(exit.value.code)
 
 
 def test_evaluation_errors(eval_setup, tmp_path):
@@ -80,8 +95,9 @@ def test_evaluation_errors(eval_setup, tmp_path):
                             f"--checkpoint={checkpoint}"], capture_output=True, text=True, timeout=300)
     assert wrong.returncode != 0
     assert "holds a checkpoint of resnet18 (ckpt-1), not of model resnet34" in wrong.stderr
-    no_val = run_evaluate([], str(tmp_path), checkpoint, tmp_path / "x.json")
-    assert no_val.returncode != 0 and "no validation shards in --data_dir" in no_val.stderr
+    # the entry point's other refusals, called in this process: an exit with the message, as above
+    no_val = evaluate_main(str(tmp_path), checkpoint, tmp_path / "x.json")
+    assert no_val.startswith("tfcnn.evaluate: error: ") and "no validation shards in --data_dir" in no_val
     assert not (tmp_path / "x.json").exists()
 
 
@@ -102,19 +118,24 @@ def test_evaluation_prints_progress_unless_quiet(eval_setup, capsys):
 def test_a_corrupt_validation_record_is_named(eval_setup, tmp_path, write_corrupt_shard):
     _, checkpoint, _ = eval_setup
     path = write_corrupt_shard(tmp_path, "validation")
-    done = run_evaluate([], str(tmp_path), checkpoint, tmp_path / "eval.json")
-    assert done.returncode != 0
-    assert f"corrupt validation record: {path}: record 1 (broken.jpg)" in done.stderr
+    assert f"corrupt validation record: {path}: record 1 (broken.jpg)" in evaluate_main(str(tmp_path), checkpoint,
+                                                                                        tmp_path / "eval.json")
     assert not (tmp_path / "eval.json").exists()
 
 
 @pytest.mark.slow
-def test_benchmark_writes_ordered_percentiles(tmp_path):
-    cmd = [sys.executable, WITH_TESTNET, "-m", "tfcnn.benchmark", "--models=testnet", "--batch_sizes=1,2",
-           "--image_size=32", "--steps=6", "--warmup_steps=1", f"--output_dir={tmp_path}"]
+def test_benchmark_writes_ordered_percentiles(tmp_path, testnet):
+    from tfcnn import benchmark
+
+    args = ["--models=testnet", "--batch_sizes=1,2", "--image_size=32", "--steps=6", "--warmup_steps=1",
+            f"--output_dir={tmp_path}"]
     for mode in ("train", "inference"):
-        done = subprocess.run(cmd + [f"--mode={mode}"], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
+        if mode == "train":  # the entry point as a process, as a user runs it
+            done = subprocess.run([sys.executable, WITH_TESTNET, "-m", "tfcnn.benchmark", *args, f"--mode={mode}"],
+                                  capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr[-3000:]
+        else:  # its main() in this process
+            benchmark.main(args + [f"--mode={mode}"])
         result = json.loads((tmp_path / "benchmark.json").read_text())
         assert result["mode"] == mode and result["device"]
         assert [r["batch_size"] for r in result["results"]] == [1, 2]
@@ -131,15 +152,15 @@ def test_benchmark_writes_ordered_percentiles(tmp_path):
                 int(row["batch_size"]) * 1000 / float(row["latency_ms_mean"]), rel=1e-6)
 
 
-def test_benchmark_with_xla_runs_and_notes_it_is_slower_without_a_gpu(tmp_path):
-    done = subprocess.run([sys.executable, WITH_TESTNET, "-m", "tfcnn.benchmark", "--models=testnet",
-                           "--batch_sizes=2", "--image_size=32", "--steps=2", "--warmup_steps=1", "--use_xla",
-                           f"--output_dir={tmp_path}"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_benchmark_with_xla_runs_and_notes_it_is_slower_without_a_gpu(tmp_path, testnet, capsys):
+    from tfcnn import benchmark
+
+    benchmark.main(["--models=testnet", "--batch_sizes=2", "--image_size=32", "--steps=2", "--warmup_steps=1",
+                    "--use_xla", f"--output_dir={tmp_path}"])
     result = json.loads((tmp_path / "benchmark.json").read_text())
     assert result["use_xla"] is True and result["results"][0]["status"] == "ok"
     no_gpu = not tf.config.list_physical_devices("GPU")
-    assert ("XLA's CPU convolutions are slower" in done.stdout) == no_gpu
+    assert ("XLA's CPU convolutions are slower" in capsys.readouterr().out) == no_gpu
 
 
 @pytest.mark.parametrize("args, message", [
@@ -147,10 +168,14 @@ def test_benchmark_with_xla_runs_and_notes_it_is_slower_without_a_gpu(tmp_path):
     (["--models=resnet18,nope"], "unknown model name(s) in --models: nope"),
     (["--batch_sizes=2,x"], "--batch_sizes must be comma-separated integers"),
 ])
-def test_benchmark_rejects_bad_arguments(args, message):
-    done = subprocess.run([sys.executable, "-m", "tfcnn.benchmark", *args], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 2 and message in done.stderr
+def test_benchmark_rejects_bad_arguments(args, message, capsys):
+    """argparse's refusal (exit status 2, the message on stderr), in this process: test_benchmark_writes_... runs
+    the entry point as a process."""
+    from tfcnn import benchmark
+
+    with pytest.raises(SystemExit) as exit:
+        benchmark.main(args)
+    assert exit.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_a_warmup_that_cannot_finish_gives_no_figure(monkeypatch):
@@ -182,6 +207,8 @@ def test_plots_are_written(tmp_path):
         assert (tmp_path / "plots" / f"{name}.svg").read_text().lstrip().startswith("<?xml")
     svg = (tmp_path / "plots" / "accuracy_vs_flops.svg").read_text()
     assert "resnet50 (reference)" in svg and "resnet18 (reference)" not in svg
-    bad = subprocess.run([sys.executable, "-m", "tfcnn.plots", f"--output_dir={tmp_path}"], capture_output=True,
-                         text=True, timeout=120)
-    assert bad.returncode != 0 and "give --benchmark and/or --eval" in bad.stderr
+    from tfcnn import plots
+
+    with pytest.raises(SystemExit) as bad:  # in this process: the exit the command above would make
+        plots.main([f"--output_dir={tmp_path}"])
+    assert "give --benchmark and/or --eval" in str(bad.value.code)

@@ -30,10 +30,12 @@ def jpeg_of(image: np.ndarray, path) -> bytes:
 
 
 @pytest.mark.slow
-def test_a_notebook_trains_evaluates_exports_and_classifies_a_jpeg(tmp_path):
+def test_a_notebook_trains_evaluates_exports_and_classifies_a_jpeg(testnet, tmp_path):
+    """On tests/testnet.py's model: what is tested is the API's, not a zoo model's (the README's and
+    docs/api.md's snippets, run by test_docs, train, evaluate and export ResNet-18 the same way)."""
     x, y = stripe_arrays(256, seed=1)
     x_val, y_val = stripe_arrays(64, seed=2)
-    result = tfcnn.train(model="resnet18", train_data=(x, y), val_data=(x_val, y_val), num_iter=3,
+    result = tfcnn.train(model="testnet", train_data=(x, y), val_data=(x_val, y_val), num_iter=3,
                          log_dir=str(tmp_path / "run"), **QUICK)
     assert (result.status, result.step, result.total_steps) == ("complete", 24, 24)
     assert result.model.input_shape == (None, 32, 32, 3) and result.model.output_shape == (None, 2)
@@ -56,13 +58,13 @@ def test_a_notebook_trains_evaluates_exports_and_classifies_a_jpeg(tmp_path):
     # the checkpoint and the model in memory evaluate alike, and as the trainer's own validation did
     by_checkpoint = tfcnn.evaluate(result.checkpoint, data=(x_val, y_val), progress=False, log=quiet)
     by_model = tfcnn.evaluate(result, data=(x_val, y_val), batch_size=7)
-    assert by_checkpoint.count == by_model.count == 64 and by_checkpoint.model == "resnet18"
+    assert by_checkpoint.count == by_model.count == 64 and by_checkpoint.model == "testnet"
     assert by_checkpoint.top1_correct == by_model.top1_correct == result.validation["top1_correct"]
 
     # the export classifies encoded JPEG bytes; a model built for raw pixels classifies the decoded JPEG
     exported = tfcnn.export(result.log_dir, str(tmp_path / "export"), log=quiet)
     loaded = tf.saved_model.load(exported)
-    raw = tfcnn.create_model("resnet18", weights=result.log_dir, include_preprocessing=True, log=quiet)
+    raw = tfcnn.create_model("testnet", weights=result.log_dir, include_preprocessing=True, log=quiet)
     by_pixels, by_bytes = [], []
     for i in range(8):
         encoded = jpeg_of(x_val[i], tmp_path / f"{i}.jpg")

@@ -1,12 +1,11 @@
 """Runs tfcnn training from a JSON config and records what the tests check, per rank.
 
     python tests/scripts/train_probe.py CONFIG_JSON OUT_DIR [--inject_inf_rank R --inject_inf_step S]
-        [--interrupt_at_step S] [--slow_stop_save_s SECONDS]
+        [--slow_stop_save_s SECONDS]
 
 Writes OUT_DIR/rank{r}.npz: the final trainable weights (and moving averages of all weights with
 --ema_decay), and per step the loss scale (fp16) and a float64 digest of the weights; OUT_DIR/summary{r}.json:
-train()'s summary. --inject_inf_* makes one rank's gradients infinite at one step (as an fp16 overflow would);
---interrupt_at_step raises KeyboardInterrupt at the end of a step (as an exception out of a callback would).
+train()'s summary. --inject_inf_* makes one rank's gradients infinite at one step (as an fp16 overflow would).
 --slow_stop_save_s makes the checkpoint of a stop take that much longer on every rank (as a large model's on a
 slow file system would). A
 run stopped by a stop signal or --max_minutes exits with status 75, as examples/train.py does. The tests'
@@ -30,9 +29,9 @@ from tfcnn.training.trainer import ClassifierTrainer
 
 
 class Recorder(tf.keras.callbacks.Callback):
-    def __init__(self, out_dir, interrupt_at_step):
+    def __init__(self, out_dir):
         super().__init__()
-        self.out_dir, self.interrupt_at_step = out_dir, interrupt_at_step
+        self.out_dir = out_dir
         self.steps, self.loss_scales, self.digests = [], [], []
 
     def on_train_batch_end(self, batch, logs=None):
@@ -42,9 +41,6 @@ class Recorder(tf.keras.callbacks.Callback):
         scale = getattr(trainer.optimizer, "loss_scale", None)
         self.loss_scales.append(float(scale) if scale is not None else 0.0)
         self.digests.append(sum(float(np.sum(v.numpy().astype(np.float64))) for v in trainer.model.trainable_variables))
-        if step == self.interrupt_at_step:
-            self.save(trainer)
-            raise KeyboardInterrupt(f"interrupted at step {step}")
 
     def on_train_end(self, logs=None):
         self.save(self.model)
@@ -94,7 +90,6 @@ def main():
     parser.add_argument("out_dir")
     parser.add_argument("--inject_inf_rank", type=int)
     parser.add_argument("--inject_inf_step", type=int)
-    parser.add_argument("--interrupt_at_step", type=int, default=-1)
     parser.add_argument("--slow_stop_save_s", type=float, default=0.0)
     args = parser.parse_args()
     testnet.register()
@@ -103,12 +98,7 @@ def main():
         inject_inf(args.inject_inf_rank, args.inject_inf_step)
     if args.slow_stop_save_s:
         slow_stop_saves(args.slow_stop_save_s)
-    recorder = Recorder(args.out_dir, args.interrupt_at_step)
-    try:
-        summary = train(make_config(**json.loads(args.config)), callbacks=[recorder])
-    except KeyboardInterrupt:
-        print("interrupted", flush=True)
-        return
+    summary = train(make_config(**json.loads(args.config)), callbacks=[Recorder(args.out_dir)])
     with open(os.path.join(args.out_dir, f"summary{distributed.rank()}.json"), "w") as f:
         json.dump({k: v for k, v in summary.items() if k != "model"}, f)
     if "preempted" in summary:  # as examples/train.py
