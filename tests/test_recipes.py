@@ -375,6 +375,9 @@ def test_ngc_recipes_take_their_scripts_values(name):
     assert (list(config.mean), list(config.std)) == (sources["mean"], sources["std"])
     assert rules(config) == rules(make_config("ngc_resnet50"))
     assert config.eval_crop == "ngc"  # nvutils/image_processing.py: central_crop(image, 0.8), resized
+    shown = dict(zip(recipes.COLUMNS, next(row for row in recipes.rows() if row[0] == name)))  # the recipe table's
+    assert shown["evaluation view"] == ("the scripts': the central 80% of each side resized to the input "
+                                        "(--eval_crop ngc)")
     # the script's own network, proven against its builder (tests/test_ngc_models.py)
     import test_ngc_models
 

@@ -32,7 +32,7 @@ import argparse
 import dataclasses
 import sys
 
-from tfcnn.options import IMAGENET_MEAN, IMAGENET_STD, NGC_MEAN, NGC_README_TOP1, NGC_STD
+from tfcnn.options import EVAL_CROPS, IMAGENET_MEAN, IMAGENET_STD, NGC_MEAN, NGC_README_TOP1, NGC_STD
 
 # The tolerances of tests/test_recipes.py, which reads them from here: per-step loss and per-tensor
 # accumulated update, relative, tfcnn's trainer against the reference's (float64 over 20 steps, float32 over
@@ -192,7 +192,13 @@ def get_recipe(name: str) -> Recipe:
     return RECIPES[name]
 
 
-COLUMNS = ("recipe", "model", "global batch", "source", "published top-1", "proven by", "differs from NVIDIA's run")
+COLUMNS = ("recipe", "model", "global batch", "evaluation view", "source", "published top-1", "proven by",
+           "differs from NVIDIA's run")
+# What the checkpoints of a recipe's run record as their evaluation view (--eval_crop; unset: the model's own).
+EVAL_VIEWS = {
+    None: "the model's: torchvision's resize of the shorter side to size / crop fraction, the central crop",
+    "ngc": f"the scripts': the central {EVAL_CROPS['ngc']:.0%} of each side resized to the input (--eval_crop ngc)",
+}
 
 
 def rows() -> list[tuple[str, ...]]:
@@ -200,8 +206,8 @@ def rows() -> list[tuple[str, ...]]:
     for name, recipe in RECIPES.items():
         c = recipe.config
         batch = c.get("optimizer_batch_size") or c["batch_size"]
-        out.append((name, c["model"], str(batch), recipe.source, recipe.published, recipe.proof or "not proven",
-                    recipe.differs or "-"))
+        out.append((name, c["model"], str(batch), EVAL_VIEWS[c.get("eval_crop")], recipe.source, recipe.published,
+                    recipe.proof or "not proven", recipe.differs or "-"))
     return out
 
 
