@@ -1,7 +1,7 @@
 """A small real image set: scikit-learn's handwritten digits (tests/fixtures/digits.npz, recorded by
 tests/scripts/record_digits.py; 1,437 train / 360 validation, 10 classes), drawn to RGB at a training size as
 a notebook user would: the 17 grey levels scaled to 0-255, the 8x8 pixels resized bilinearly, the grey
-repeated over R, G and B. The issue-47 shape of problem (tests/test_training.py, bench/small_images.py)."""
+repeated over R, G and B. The issue-47 shape of problem (tests/test_python_api.py, tests/scripts/measure_small_images.py)."""
 import os
 
 import numpy as np

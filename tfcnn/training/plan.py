@@ -72,7 +72,8 @@ def make_plan(config: TrainConfig, train_records: int | None = None) -> Plan:
     if not checkpoint:  # a resumed run keeps what its checkpoint records
         options = {**options, **(config.model_options or {})}
         data = data.replace(mean=config.mean, std=config.std, eval_crop=config.eval_crop)
-    config = _resolve(_resolve_accumulation(config, distributed.size()), data.input_size)
+    previous = previous_config(config.log_dir)  # the run already in --log_dir, whose unset values a rerun keeps
+    config = _resolve(_resolve_accumulation(config, distributed.size()), data.input_size, previous)
     info = model_info(config.model)
     if config.image_size < info.min_size:
         raise ValueError(f"--image_size must be >= {info.min_size} for {config.model}, received: {config.image_size}")
@@ -96,7 +97,7 @@ def make_plan(config: TrainConfig, train_records: int | None = None) -> Plan:
                          f"(--batch_size {config.batch_size}{accumulated} x {distributed.size()} ranks)")
     total = config.num_iter * steps_per_epoch if config.iter_unit == "epoch" else config.num_iter
     notes = far_from_intended_use(config, total / steps_per_epoch, info.input_size)
-    config = _fit_defaults(config, total / steps_per_epoch, info.input_size)
+    config = _fit_defaults(config, total / steps_per_epoch, info.input_size, previous)
     # An elastic run counts epochs in records: the same on every rank whatever the world size.
     plan = Plan(config, global_batch, steps_per_epoch, total, data.replace(input_size=config.image_size), options,
                 checkpoint=checkpoint, init=init, init_classes=init_classes,
@@ -160,11 +161,10 @@ def _resolve_accumulation(config: TrainConfig, ranks: int) -> TrainConfig:
     return dataclasses.replace(config, grad_accum_steps=steps)
 
 
-def _resolve(config: TrainConfig, weights_input_size: int) -> TrainConfig:
-    """Fills in num_classes, image_size and seed; checks them against a run already in --log_dir."""
+def _resolve(config: TrainConfig, weights_input_size: int, previous: dict | None) -> TrainConfig:
+    """Fills in num_classes, image_size and seed; checks them against the `previous` run's config."""
     num_classes = config.num_classes or pipeline.num_classes_of(config.data_dir)
     image_size = config.image_size or weights_input_size
-    previous = previous_config(config.log_dir)
     seed = config.seed if config.seed is not None else (previous or {}).get("seed")
     if seed is None:
         # From the OS, not `random`: an earlier run in this process may have seeded `random`. (An elastic
@@ -184,12 +184,12 @@ def _resolve(config: TrainConfig, weights_input_size: int) -> TrainConfig:
     return dataclasses.replace(config, num_classes=num_classes, image_size=image_size, seed=seed)
 
 
-def _fit_defaults(config: TrainConfig, epochs: float, input_size: int) -> TrainConfig:
-    """--warmup_epochs and --train_crop when unset: WARMUP_EPOCHS, at most WARMUP_SHARE of the run's `epochs` (a
-    resumed run keeps its own); "small" at up to SMALL_IMAGES of the model's `input_size`, else "torchvision"."""
+def _fit_defaults(config: TrainConfig, epochs: float, input_size: int, previous: dict | None) -> TrainConfig:
+    """--warmup_epochs and --train_crop when unset: WARMUP_EPOCHS, at most WARMUP_SHARE of the run's `epochs` (the
+    `previous` run's, resumed); "small" at up to SMALL_IMAGES of the model's `input_size`, else "torchvision"."""
     warmup = config.warmup_epochs
     if warmup is None:
-        warmup = (previous_config(config.log_dir) or {}).get("warmup_epochs")
+        warmup = (previous or {}).get("warmup_epochs")
     if warmup is None:
         warmup = min(WARMUP_EPOCHS, round(WARMUP_SHARE * epochs, 4))
     crop = config.train_crop or ("small" if _small(config.image_size, input_size) else "torchvision")

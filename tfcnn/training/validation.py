@@ -37,11 +37,11 @@ class Validator(tf.keras.callbacks.Callback):
                        if log_dir else None)
 
     def on_train_batch_end(self, batch, logs=None):
-        step = self.plan.start_step + batch + 1
-        every = self.plan.config.validation_every
-        epoch = round(self.plan.epoch_at(step))
-        if (every and self.plan.ends_epoch(step) and epoch % every == 0 or step == self.plan.total_steps) \
-                and not self.trainer.stop_training:
+        step, every = self.plan.start_step + batch + 1, self.plan.config.validation_every
+        if self.trainer.stop_training:
+            return
+        if step == self.plan.total_steps or (every and self.plan.ends_epoch(step)
+                                             and round(self.plan.epoch_at(step)) % every == 0):
             self.validate(step)
 
     def final(self, step: int) -> dict:
