@@ -13,17 +13,12 @@ def bfloat16_refused_by_an_isa_cap() -> str | None:
     flags (AVX512F); oneDNN held below AVX-512 by ONEDNN_MAX_CPU_ISA (the AVX2 approximation on an AVX-512
     machine, docs/performance.md) then refuses to create them. A real AVX2-only CPU never hands them over."""
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
-    if not cap or cap.startswith(("AVX512", "AVX10", "ALL", "DEFAULT")) or precision.cpu_kernels() == "Eigen's":
+    if (not cap or cap.startswith(("AVX512", "AVX10", "ALL", "DEFAULT")) or precision.cpu_kernels() == "Eigen's"
+            or "avx512f" not in precision.cpu_flags()):
         return None
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return None
-    if "avx512f" not in flags:
-        return None
-    return (f"ONEDNN_MAX_CPU_ISA={cap} on a CPU with AVX-512: TensorFlow sends bfloat16 convolutions to oneDNN "
-            f"by the CPU's flags and the cap makes oneDNN refuse them (an AVX2-only CPU keeps them from oneDNN: they pass there)")
+    return (f"ONEDNN_MAX_CPU_ISA={cap} on a CPU with AVX-512: TensorFlow sends bfloat16 convolutions to oneDNN by "
+            "the CPU's flags and the cap makes oneDNN refuse them (an AVX2-only CPU keeps them from oneDNN: they "
+            "pass there)")
 
 
 @pytest.fixture

@@ -37,9 +37,9 @@ class Validator(tf.keras.callbacks.Callback):
                        if log_dir else None)
 
     def on_train_batch_end(self, batch, logs=None):
-        step, every = self.plan.start_step + batch + 1, self.plan.config.validation_every
         if self.trainer.stop_training:
             return
+        step, every = self.plan.start_step + batch + 1, self.plan.config.validation_every
         if step == self.plan.total_steps or (every and self.plan.ends_epoch(step)
                                              and round(self.plan.epoch_at(step)) % every == 0):
             self.validate(step)
