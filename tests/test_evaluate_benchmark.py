@@ -101,6 +101,23 @@ def test_evaluation_errors(eval_setup, tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+
+def test_the_command_line_answers_help_and_bad_flags_before_tensorflow_loads():
+    """--help and a bad flag answer at once: the entry point imports no TensorFlow (seconds) to say them."""
+    code = ("import runpy, sys\n"
+            "for argv in (['--help'], ['--data_dir=d', '--checkpoint=c', '--batch_size=0'],\n"
+            "             ['--data_dir=d', '--checkpoint=c', '--precision=fp64']):\n"
+            "    sys.argv = ['python -m tfcnn.evaluate', *argv]\n"
+            "    try:\n        runpy.run_module('tfcnn.evaluate', run_name='__main__', alter_sys=True)\n"
+            "    except SystemExit as exit:\n        print('exit', exit.code)\n"
+            "print('tensorflow loaded:', 'tensorflow' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage: python -m tfcnn.evaluate" in done.stdout and "--precision {fp32,fp16,bf16}" in done.stdout
+    assert done.stdout.splitlines()[-4:] == ["exit 0", "exit 2", "exit 2", "tensorflow loaded: False"], done.stdout
+    assert "--batch_size must be a positive integer, received: 0" in done.stderr
+    assert "argument --precision: invalid choice: 'fp64'" in done.stderr
+
 def test_evaluation_prints_progress_unless_quiet(eval_setup, capsys):
     import tfcnn
 

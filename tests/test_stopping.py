@@ -137,14 +137,16 @@ def run_probe(launcher, config, out_dir, *extra, timeout=600):
 
 @pytest.mark.slow
 def test_two_ranks_accumulating_equal_two_ranks_with_the_larger_batch(stripes, tmp_path):
-    """-np 2 x 2 micro-batches of 8 and -np 2 x 16: one allreduce per optimizer step, the same weights."""
+    """-np 2 x 2 micro-batches of 8 and -np 2 x 16 (one launch, one run after the other): one allreduce per
+    optimizer step, the same weights."""
     init = testnet.write_checkpoint(tmp_path / "init", "testnet_nobn")  # no randomness but the data's
     common = dict(TINY, model="testnet_nobn", data_dir=stripes, num_iter=2, lr=0.4, init_weights=init)
-    out = run_probe(HOROVODRUN_GLOO, dict(common, batch_size=8, grad_accum_steps=2), tmp_path / "accumulated")
+    out = run_probe(HOROVODRUN_GLOO, [dict(common, batch_size=8, grad_accum_steps=2), dict(common, batch_size=16)],
+                    tmp_path / "out")
     assert "2 rank(s) x batch 8 x 2 accumulated = global batch 32" in out
-    run_probe(HOROVODRUN_GLOO, dict(common, batch_size=16), tmp_path / "large")
+    assert "2 rank(s) x batch 16 = global batch 32" in out
     for rank in (0, 1):
-        got, want = np.load(tmp_path / "accumulated" / f"rank{rank}.npz"), np.load(tmp_path / "large" / f"rank{rank}.npz")
+        got, want = (np.load(tmp_path / "out" / run / f"rank{rank}.npz") for run in ("0", "1"))
         assert got["steps"].tolist() == want["steps"].tolist() == [1, 2]
         for key in (k for k in want.files if k.startswith("w")):
             np.testing.assert_allclose(got[key], want[key], rtol=2e-5, atol=2e-6, err_msg=key)
@@ -190,16 +192,17 @@ def test_stops_and_a_kill_then_resumes_end_with_every_variable_of_an_uninterrupt
     an uninterrupted one, bit for bit: weights, batch-norm moving statistics, optimizer slots and step, the
     data position (with RandAugment and MixUp on). The stop's checkpoint takes 8 s more than it would: past
     Horovod's own 5 s grace, which killed the workers before or during the save; the venv's default holds.
-    The comparison itself fails when one moving statistic is one float step off."""
+    The comparison itself fails when one moving statistic is one float step off. The uninterrupted run trains
+    first in the launch that SIGTERM then interrupts (one launch, two runs one after the other)."""
     total = 40  # steps of 0.1 s or more: each interruption lands mid-run
     base = dict(TINY, data_dir=stripes, num_iter=total, augment="randaugment:2,9", mixup=0.2, checkpoint_every=5)
-    run_probe(HOROVODRUN_GLOO, dict(base, log_dir=str(tmp_path / "straight")), tmp_path / "straight_out")
-    reference = testnet.checkpoint_values(checkpoints.latest_checkpoint(str(tmp_path / "straight")))
     log_dir, stop = tmp_path / "run", 0
     for target in ("worker", "launcher", "kill"):
         log_path = tmp_path / f"{target}.log"
-        job = _start(HOROVODRUN_GLOO, dict(base, log_dir=str(log_dir)), tmp_path / f"{target}_out", log_path,
-                     extra=["--slow_stop_save_s", "8"])
+        config = dict(base, log_dir=str(log_dir))
+        if target == "worker":
+            config = [dict(base, log_dir=str(tmp_path / "straight")), config]
+        job = _start(HOROVODRUN_GLOO, config, tmp_path / f"{target}_out", log_path, extra=["--slow_stop_save_s", "8"])
         # the kill lands a step or two after a checkpoint (every 5 steps): it loses the steps since
         past_checkpoint = (1, 2) if target == "kill" else range(5)
         wait_for(lambda: (step := max(logged_steps(log_dir), default=0)) >= stop + 3 and step % 5 in past_checkpoint,
@@ -226,6 +229,8 @@ def test_stops_and_a_kill_then_resumes_end_with_every_variable_of_an_uninterrupt
         assert signalled_at < stop < total, (signalled_at, stop)
         latest = checkpoints.latest_checkpoint(str(log_dir))
         assert latest.endswith(f"ckpt-{stop}") and checkpoints.describe(latest).step == stop  # complete
+    reference = testnet.checkpoint_values(checkpoints.latest_checkpoint(str(tmp_path / "straight")))
+    assert reference["step/.ATTRIBUTES/VARIABLE_VALUE"] == total
     restart = checkpoints.describe(checkpoints.latest_checkpoint(str(log_dir))).step
     assert stop <= restart < killed_at < total, (stop, restart, killed_at)  # the kill lost steps
     resumed = run_probe(HOROVODRUN_GLOO, dict(base, log_dir=str(log_dir)), tmp_path / "resumed")

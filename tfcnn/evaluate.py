@@ -22,12 +22,9 @@ import dataclasses
 import json
 import sys
 
-import tensorflow as tf
-
+# No TensorFlow at import: the command line's --help and flag errors answer at once (its import takes seconds).
 from tfcnn import callable_module, sources
-from tfcnn.metrics import accuracy, count_correct
-from tfcnn.options import DATA_BACKENDS, PRECISIONS, add_feed_flags, add_weight_sources, check_feed_flags
-from tfcnn.precision import set_policy, startup_notes
+from tfcnn.options import DATA_BACKENDS, EVAL_PRECISIONS, add_feed_flags, add_weight_sources, check_feed_flags
 
 
 @dataclasses.dataclass
@@ -55,9 +52,12 @@ def load_predictor(source, *, model: str | None = None, precision: str = "fp32",
                    eval_crop: str | None = None, num_classes: int | None = None, log=print):
     """(uint8 0-255 images -> logits, run description) of a source (tfcnn.sources). Normalization included
     (a SavedModel has it inside). precision: the compute precision of a model built here."""
+    import tensorflow as tf
+
     from tfcnn import checkpoints
     from tfcnn.data.preprocessing import normalize_batch
     from tfcnn.models import DataConfig
+    from tfcnn.precision import set_policy
 
     overrides = dict(input_size=image_size, crop_fraction=crop_fraction, interpolation=interpolation,
                      eval_crop=eval_crop)
@@ -97,13 +97,17 @@ def evaluate(source, *, data_dir: str | None = None, data=None, model: str | Non
     already at the input size are taken as they are, others get the evaluation view). Every rank counts
     its share; the counts are summed over ranks. precision: of a model built here (fp32, fp16, bf16).
     progress: rank 0 prints its progress every display_seconds."""
+    import tensorflow as tf
+
     from tfcnn import distributed
     from tfcnn.data import backends, memory, pipeline
+    from tfcnn.metrics import accuracy, count_correct
+    from tfcnn.precision import startup_notes
 
     if (data_dir is None) == (data is None):
         raise ValueError("evaluate needs data_dir (validation records) or data (in memory), one of them")
-    if precision not in PRECISIONS or precision == "fp64":
-        raise ValueError(f"precision must be one of fp32, fp16, bf16, received: {precision!r}")
+    if precision not in EVAL_PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(EVAL_PRECISIONS)}, received: {precision!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, received: {batch_size}")
     distributed.init()
@@ -165,7 +169,7 @@ def parse_args(argv=None):
     parser.add_argument("--data_dir", required=True, help="directory holding validation-*-of-* shards")
     add_weight_sources(parser, "a SavedModel exported by training (--export_dir), tfcnn.convert or tfcnn.export")
     parser.add_argument("--batch_size", type=int, default=256)
-    parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    parser.add_argument("--precision", choices=EVAL_PRECISIONS, default="fp32")
     parser.add_argument("--data_backend", choices=DATA_BACKENDS, default="tf",
                         help="input pipeline: tf (tf.data), dali_cpu or dali_gpu (NVIDIA DALI decoding on the CPU or "
                              "the GPU; make install DALI=1)")

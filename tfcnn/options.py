@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 PRECISIONS = ("fp32", "fp16", "bf16", "fp64")
+EVAL_PRECISIONS = PRECISIONS[:3]  # evaluation: fp64 is only for proving training steps (tests/test_recipes.py)
 DATA_BACKENDS = ("tf", "dali_cpu", "dali_gpu")  # tf.data, or NVIDIA DALI decoding on the CPU / on the GPU
 OPTIMIZERS = ("sgd", "rmsprop", "lamb", "adamw")
 # ImageNet's statistics as torchvision and timm give them (of 1.0), on tfcnn's 0-255 scale: the zoo's data

@@ -3,12 +3,13 @@
     python tests/scripts/train_probe.py CONFIG_JSON OUT_DIR [--inject_inf_rank R --inject_inf_step S]
         [--slow_stop_save_s SECONDS]
 
-Writes OUT_DIR/rank{r}.npz: the final trainable weights (and moving averages of all weights with
---ema_decay), and per step the loss scale (fp16) and a float64 digest of the weights; OUT_DIR/summary{r}.json:
-train()'s summary. --inject_inf_* makes one rank's gradients infinite at one step (as an fp16 overflow would).
---slow_stop_save_s makes the checkpoint of a stop take that much longer on every rank (as a large model's on a
-slow file system would). A
-run stopped by a stop signal or --max_minutes exits with status 75, as examples/train.py does. The tests'
+Writes OUT_DIR/rank{r}.npz: the final trainable weights (and moving averages of all weights with --ema_decay),
+and per step the loss scale (fp16) and a float64 digest of the weights; OUT_DIR/summary{r}.json: train()'s
+summary. CONFIG_JSON may also be a list of configurations, trained one after the other by the same processes
+(one launch, one TensorFlow start-up per rank, for several runs), each recording into OUT_DIR/<its index>.
+--inject_inf_* makes one rank's gradients infinite at one step (as an fp16 overflow would). --slow_stop_save_s
+makes the checkpoint of a stop take that much longer on every rank (as a large model's on a slow file system
+would). A run stopped by a stop signal or --max_minutes exits with status 75, as examples/train.py does. The tests'
 small models (tests/testnet.py) are registered besides the zoo.
 """
 import argparse
@@ -66,7 +67,7 @@ def inject_inf(rank, step):
 
 
 def slow_stop_saves(seconds):
-    """The save after fit() returns (a stopped run's, tfcnn.training.trainer.fit_segment) waits `seconds` first."""
+    """The save after fit() returns stopped (tfcnn.training.trainer.fit_segment) waits `seconds` first."""
     from tfcnn.training.callbacks import Checkpointer
 
     fit, save = ClassifierTrainer.fit, Checkpointer.save
@@ -77,7 +78,7 @@ def slow_stop_saves(seconds):
         return history
 
     def slow_save(self, step):
-        if getattr(self.trainer, "fit_returned", False):
+        if getattr(self.trainer, "fit_returned", False) and self.trainer.stop_training:  # a stopped run's
             time.sleep(seconds)
         return save(self, step)
 
@@ -93,16 +94,20 @@ def main():
     parser.add_argument("--slow_stop_save_s", type=float, default=0.0)
     args = parser.parse_args()
     testnet.register()
-    os.makedirs(args.out_dir, exist_ok=True)
     if args.inject_inf_step is not None:
         inject_inf(args.inject_inf_rank, args.inject_inf_step)
     if args.slow_stop_save_s:
         slow_stop_saves(args.slow_stop_save_s)
-    summary = train(make_config(**json.loads(args.config)), callbacks=[Recorder(args.out_dir)])
-    with open(os.path.join(args.out_dir, f"summary{distributed.rank()}.json"), "w") as f:
-        json.dump({k: v for k, v in summary.items() if k != "model"}, f)
-    if "preempted" in summary:  # as examples/train.py
-        exit_preempted(summary["config"]["stop_signals"])
+    config = json.loads(args.config)
+    runs = ([(config, args.out_dir)] if isinstance(config, dict)
+            else [(one, os.path.join(args.out_dir, str(index))) for index, one in enumerate(config)])
+    for config, out_dir in runs:
+        os.makedirs(out_dir, exist_ok=True)
+        summary = train(make_config(**config), callbacks=[Recorder(out_dir)])
+        with open(os.path.join(out_dir, f"summary{distributed.rank()}.json"), "w") as f:
+            json.dump({k: v for k, v in summary.items() if k != "model"}, f)
+        if "preempted" in summary:  # as examples/train.py
+            exit_preempted(summary["config"]["stop_signals"])
 
 
 if __name__ == "__main__":
