@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 
@@ -37,6 +38,19 @@ def mpi_missing() -> str | None:
 
 
 needs_mpi = pytest.mark.skipif(mpi_missing() is not None, reason=mpi_missing() or "")
+
+
+def run_without_tensorflow(code: str) -> tuple[list[str], str]:
+    """Runs `code` in a Python of its own, from the repository, which must exit 0 without having loaded
+    TensorFlow (seconds to import: what answers a user at once must not need it). (Its output lines, its
+    error output.) An entry point's exit inside it: `try: runpy.run_module(...) except SystemExit`."""
+    probe = "\nimport sys\nprint('tensorflow loaded:', 'tensorflow' in sys.modules)\n"
+    done = subprocess.run([sys.executable, "-c", code + probe], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode == 0, done.stderr[-2000:]
+    *lines, loaded = done.stdout.splitlines()
+    assert loaded == "tensorflow loaded: False", done.stdout[-2000:]
+    return lines, done.stderr
 
 
 def worker_processes(launcher_pid: int) -> dict:
