@@ -28,8 +28,6 @@ import random
 import sys
 import time
 
-import tensorflow as tf
-
 from imagenet_prep.images import ResizeSpec, convert_image, parse_resize, read_bbox_xml
 from tfcnn.data import dali_index, records
 from tfcnn.fileio import atomic_write_text
@@ -201,7 +199,11 @@ def plan_shards(split: str, items: list[Item], num_shards: int) -> list[tuple[st
 
 def convert_shard(output_dir: str, name: str, items: list[Item], resize: ResizeSpec, quality: int) -> ShardResult:
     """Writes one shard under a temporary name, then its DALI index (tfcnn.data.dali_index, itself written
-    atomically), then renames the shard: a file with a shard's name is complete and has its index."""
+    atomically), then renames the shard: a file with a shard's name is complete and has its index. TensorFlow
+    (its TFRecord writer and Example protos) loads here, in the process that converts: with worker processes,
+    the parent that plans, checks and reports never loads it (its import takes seconds)."""
+    import tensorflow as tf
+
     result = ShardResult(name)
     final = os.path.join(output_dir, name)
     tmp = os.path.join(output_dir, f".{name}.tmp-{os.getpid()}")
@@ -386,7 +388,7 @@ def _build_split(output_dir, split, shards, spec, quality, num_workers, pool, me
 
 
 def _count_records(path: str) -> int:
-    return int(tf.data.TFRecordDataset(path).reduce(0, lambda n, _: n + 1))
+    return sum(1 for _ in dali_index.record_sizes(path))  # the records' headers only: no TensorFlow
 
 
 def _json(obj) -> str:

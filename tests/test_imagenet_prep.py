@@ -11,6 +11,7 @@ import tensorflow as tf
 from PIL import Image
 
 from imagenet_prep import build_tfrecords as bt
+from launchers import run_without_tensorflow
 from imagenet_prep.images import ResizeSpec, convert_image, parse_resize, read_bbox_xml
 from tfcnn.data import dali_index, records
 
@@ -19,7 +20,7 @@ def read_shards(output_dir, split):
     rows = []
     for path in sorted(glob.glob(os.path.join(output_dir, records.shard_pattern(split)))):
         for serialized in tf.data.TFRecordDataset(path):
-            f = tf.io.parse_single_example(serialized, records.FEATURES)
+            f = tf.io.parse_single_example(serialized, records.features())
             rows.append({
                 "shard": os.path.basename(path),
                 "encoded": f["image/encoded"].numpy(),
@@ -262,21 +263,27 @@ def test_rebuild_with_other_options_is_refused(built, raw_tree):
 
 def test_command_line(built, raw_tree, tmp_path):
     """The command line, converting in 2 worker processes: the same shards, byte for byte, as one process built
-    from the same flags (`built`); a bad flag value is an error."""
+    from the same flags (`built`); a bad flag value is an error. Only the workers load TensorFlow: the process
+    the user started plans, checks and reports without it (its import takes seconds)."""
     out, _ = built
-    cmd = [sys.executable, "-m", "imagenet_prep.build_tfrecords", f"--train_dir={raw_tree / 'train'}",
-           f"--validation_dir={raw_tree / 'val'}", f"--validation_labels={raw_tree / 'val_labels.txt'}",
-           f"--bbox_dir={raw_tree / 'bbox'}", f"--metadata_file={raw_tree / 'metadata.txt'}", f"--output_dir={tmp_path}",
-           "--train_shards=4", "--validation_shards=2", "--resize=shorter:96", "--num_workers=2"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "train done: 18 images written, 1 skipped" in done.stdout
-    assert "n03_truncated.JPEG" in done.stdout
+    flags = [f"--train_dir={raw_tree / 'train'}", f"--validation_dir={raw_tree / 'val'}",
+             f"--validation_labels={raw_tree / 'val_labels.txt'}", f"--bbox_dir={raw_tree / 'bbox'}",
+             f"--metadata_file={raw_tree / 'metadata.txt'}", f"--output_dir={tmp_path}", "--train_shards=4",
+             "--validation_shards=2", "--resize=shorter:96", "--num_workers=2"]
+    # what `python -m imagenet_prep.build_tfrecords` runs (its __main__ block), in a process that reports
+    code = ("import sys\nfrom absl import app\nfrom imagenet_prep import build_tfrecords\n"
+            f"sys.argv = ['build_tfrecords', *{flags!r}]\nbuild_tfrecords.define_flags()\n"
+            "try:\n    app.run(build_tfrecords.main)\nexcept SystemExit as exit:\n    print('exit status', exit.code or 0)\n")
+    lines, errors = run_without_tensorflow(code)
+    assert lines[-1] == "exit status 0", errors[-3000:]
+    assert "train done: 18 images written, 1 skipped" in "\n".join(lines)
+    assert "n03_truncated.JPEG" in "\n".join(lines)
     shards = [name for name in os.listdir(out) if records.is_shard_name(name)]
     assert len(shards) == 6
     for name in shards:
         assert (tmp_path / name).read_bytes() == (out / name).read_bytes(), name
-    bad = subprocess.run(cmd[:-3] + ["--resize=huge"], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run([sys.executable, "-m", "imagenet_prep.build_tfrecords", *flags[:-3], "--resize=huge"],
+                         capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "unknown resize spec: 'huge'" in bad.stderr
     meta = json.loads((tmp_path / "dataset.json").read_text())
     assert meta["splits"]["train"]["num_records"] == 18

@@ -11,36 +11,48 @@ Beside the shards, `imagenet_prep` writes:
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 
-import tensorflow as tf
-
 from tfcnn.fileio import atomic_write_text
 
+# TensorFlow loads where a record is made or parsed, not on import: the converter's parent process and
+# `python -m tfcnn.data.dali_index` use the names and files below only (TensorFlow's import takes seconds).
 LABELS_FILE = "labels.txt"
 METADATA_FILE = "dataset.json"
 SPLITS = ("train", "validation")
 _SHARD_RE = re.compile(r"^(?P<split>train|validation)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
 
-FEATURES = {
-    "image/encoded": tf.io.FixedLenFeature([], tf.string),
-    "image/format": tf.io.FixedLenFeature([], tf.string, default_value="JPEG"),
-    "image/height": tf.io.FixedLenFeature([], tf.int64, default_value=0),
-    "image/width": tf.io.FixedLenFeature([], tf.int64, default_value=0),
-    "image/colorspace": tf.io.FixedLenFeature([], tf.string, default_value="RGB"),
-    "image/channels": tf.io.FixedLenFeature([], tf.int64, default_value=3),
-    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
-    "image/class/synset": tf.io.FixedLenFeature([], tf.string, default_value=""),
-    "image/class/text": tf.io.FixedLenFeature([], tf.string, default_value=""),
-    "image/object/bbox/xmin": tf.io.VarLenFeature(tf.float32),
-    "image/object/bbox/ymin": tf.io.VarLenFeature(tf.float32),
-    "image/object/bbox/xmax": tf.io.VarLenFeature(tf.float32),
-    "image/object/bbox/ymax": tf.io.VarLenFeature(tf.float32),
-    "image/object/bbox/label": tf.io.VarLenFeature(tf.int64),
-    "image/filename": tf.io.FixedLenFeature([], tf.string, default_value=""),
-}
+
+@functools.lru_cache(maxsize=None)
+def features() -> dict:
+    """The schema: {feature key: tf.io.FixedLenFeature or VarLenFeature}."""
+    import tensorflow as tf
+
+    return {
+        "image/encoded": tf.io.FixedLenFeature([], tf.string),
+        "image/format": tf.io.FixedLenFeature([], tf.string, default_value="JPEG"),
+        "image/height": tf.io.FixedLenFeature([], tf.int64, default_value=0),
+        "image/width": tf.io.FixedLenFeature([], tf.int64, default_value=0),
+        "image/colorspace": tf.io.FixedLenFeature([], tf.string, default_value="RGB"),
+        "image/channels": tf.io.FixedLenFeature([], tf.int64, default_value=3),
+        "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+        "image/class/synset": tf.io.FixedLenFeature([], tf.string, default_value=""),
+        "image/class/text": tf.io.FixedLenFeature([], tf.string, default_value=""),
+        "image/object/bbox/xmin": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/ymin": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/xmax": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/ymax": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/label": tf.io.VarLenFeature(tf.int64),
+        "image/filename": tf.io.FixedLenFeature([], tf.string, default_value=""),
+    }
+
+
+# What the reader needs of a record: parsing only these is cheaper than the whole schema.
+READ_KEYS = ("image/encoded", "image/class/label", "image/filename", "image/object/bbox/ymin",
+             "image/object/bbox/xmin", "image/object/bbox/ymax", "image/object/bbox/xmax")
 
 
 def shard_name(split: str, index: int, count: int) -> str:
@@ -59,6 +71,8 @@ def is_shard_name(name: str) -> bool:
 def make_example(*, encoded: bytes, height: int, width: int, label: int, synset: str, text: str,
                  filename: str, boxes=(), image_format: str = "JPEG") -> tf.train.Example:
     """One record. boxes: (xmin, ymin, xmax, ymax) tuples normalized to [0, 1]; they take the image's label."""
+    import tensorflow as tf
+
     def ints(values):
         return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
 
@@ -90,19 +104,16 @@ def make_example(*, encoded: bytes, height: int, width: int, label: int, synset:
     return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
-# What the reader needs of a record: parsing only these is cheaper than the whole schema.
-READ_FEATURES = {key: FEATURES[key] for key in (
-    "image/encoded", "image/class/label", "image/filename",
-    "image/object/bbox/ymin", "image/object/bbox/xmin", "image/object/bbox/ymax", "image/object/bbox/xmax")}
-
-
 def parse_example(serialized: tf.Tensor) -> dict:
     """Parses one serialized record into dense tensors.
 
     Returns encoded (string), label (int32, 0-based), boxes (float32 [N, 4] as ymin, xmin, ymax, xmax,
     the order `tf.image.sample_distorted_bounding_box` takes) and filename.
     """
-    f = tf.io.parse_single_example(serialized, READ_FEATURES)
+    import tensorflow as tf
+
+    schema = features()
+    f = tf.io.parse_single_example(serialized, {key: schema[key] for key in READ_KEYS})
     coords = [f[f"image/object/bbox/{k}"].values for k in ("ymin", "xmin", "ymax", "xmax")]
     return {
         "encoded": f["image/encoded"],
@@ -120,19 +131,31 @@ def write_labels(output_dir: str, classes: list[tuple[str, str]]) -> None:
 
 def read_labels(data_dir: str) -> list[tuple[str, str]] | None:
     """[(synset, text)] from `labels.txt` beside the shards, or None when there is none."""
-    path = os.path.join(data_dir, LABELS_FILE)
-    if not tf.io.gfile.exists(path):
+    text = _read_text(os.path.join(data_dir, LABELS_FILE))
+    if text is None:
         return None
-    with tf.io.gfile.GFile(path) as f:
-        rows = [line.rstrip("\n").split("\t", 1) for line in f if line.strip()]
+    rows = [line.split("\t", 1) for line in text.splitlines() if line.strip()]
     return [(row[0], row[1] if len(row) > 1 else "") for row in rows]
 
 
 def read_metadata(data_dir: str) -> dict:
     """`dataset.json` beside the shards, or {} when there is none."""
-    path = os.path.join(data_dir, METADATA_FILE)
-    if not tf.io.gfile.exists(path):
-        return {}
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
+    text = _read_text(os.path.join(data_dir, METADATA_FILE))
+    return {} if text is None else json.loads(text)
 
+
+def _read_text(path: str) -> str | None:
+    """A file's text, or None when there is none. A URL (gs://...: TensorFlow's file systems, which read the
+    shards too) through tf.io.gfile; a local path without TensorFlow."""
+    if "://" in path:
+        import tensorflow as tf
+
+        if not tf.io.gfile.exists(path):
+            return None
+        with tf.io.gfile.GFile(path) as f:
+            return f.read()
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
