@@ -488,7 +488,10 @@ def define_flags():
 
 
 if __name__ == "__main__":
-    from absl import app
+    from absl import app, flags
 
     define_flags()
+    if any(arg in ("-h", "--help", "-?", "--helpshort") for arg in sys.argv[1:]):  # absl's own exits with status 1
+        print(__doc__ + "\nflags:\n" + flags.FLAGS.module_help(__name__))
+        sys.exit(0)
     app.run(main)

@@ -246,6 +246,25 @@ def test_every_family_trains(name, tmp_path):
     assert len(still) < 0.1 * len(moved), f"{name}: {len(still)} of {len(moved)} variables did not train: {still[:8]}"
 
 
+def test_the_model_table_command(capsys):
+    """python -m tfcnn.models: the table, one model's weights names and builder options (what --model_options
+    takes, with the defaults), and a pattern that matches nothing refused with the names."""
+    from tfcnn.models.__main__ import main
+
+    main(["resnet50"])
+    shown = capsys.readouterr().out
+    assert shown.splitlines()[1].split()[:4] == ["resnet50", "224", "25,557,032", "4.089"]
+    assert "weights={name} for resnet50: imagenet, torchvision," in shown
+    assert "builder options (--model_options, create_model's keywords), defaults: " in shown
+    assert "zero_init_residual=True" in shown and "bn_epsilon=1e-05" in shown
+    main(["--markdown", "vgg1*"])
+    assert [line.split(" | ")[0] for line in capsys.readouterr().out.splitlines()[2:]] == [
+        "| vgg11", "| vgg13", "| vgg16", "| vgg16_bn", "| vgg19"]
+    with pytest.raises(SystemExit) as refused:
+        main(["resnet5"])
+    assert refused.value.code == 2 and "no model matches 'resnet5'; valid names: alexnet," in capsys.readouterr().err
+
+
 def test_keras_3_is_refused_with_the_way_out(monkeypatch):
     """Under Keras 3 the zoo would build and train silently differently: importing it is refused instead."""
     from tfcnn.precision import require_keras_2

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import digits
 import tfcnn
-from launchers import HOROVODRUN_GLOO
+from launchers import HOROVODRUN_GLOO, run_without_tensorflow
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 sys.path.insert(0, SCRIPTS)
@@ -219,7 +219,7 @@ def test_python_m_tfcnn_train_works_outside_the_source_tree(tmp_path):
     done = subprocess.run([sys.executable, "-m", "tfcnn.train", "--help"], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path, env=env)
     assert done.returncode == 0 and "--recipe" in done.stdout and "python -m tfcnn.train" in done.stdout, done.stderr
-    for tool in ("tfcnn-train", "tfcnn-evaluate", "tfcnn-export", "tfcnn-convert"):
+    for tool in ("tfcnn-train", "tfcnn-evaluate", "tfcnn-export", "tfcnn-convert", "tfcnn-benchmark"):
         script = os.path.join(os.path.dirname(sys.executable), tool)
         shown = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
         assert shown.returncode == 0 and "--" in shown.stdout, (tool, shown.stderr[-2000:])
@@ -227,6 +227,26 @@ def test_python_m_tfcnn_train_works_outside_the_source_tree(tmp_path):
                               "print('tensorflow' in sys.modules)"], capture_output=True, text=True, cwd=tmp_path,
                              env=env)
     assert located.stdout.splitlines()[1] == "False"  # importing tfcnn loads no TensorFlow
+
+
+# Every command line but `python -m tfcnn.models` (the zoo's table is the zoo, which needs TensorFlow) and
+# examples/train.py (tfcnn.train's flags again: test_training checks it).
+COMMAND_LINES = ("tfcnn.train", "tfcnn.evaluate", "tfcnn.export", "tfcnn.convert", "tfcnn.benchmark", "tfcnn.plots",
+                 "tfcnn.recipes", "tfcnn.data.dali_index", "imagenet_prep.build_tfrecords", "imagenet_prep.demo_dataset")
+
+
+def test_every_command_line_answers_help_before_tensorflow_loads():
+    """--help at once, with status 0: TensorFlow (seconds to import; on a 2-core laptop under load up to ten)
+    loads only for the work itself."""
+    code = ("import runpy, sys\n"
+            f"for name in {COMMAND_LINES!r}:\n"
+            "    sys.argv = [name, '--help']\n"
+            "    try:\n        runpy.run_module(name, run_name='__main__', alter_sys=True)\n"
+            "    except SystemExit as exit:\n        print('exit', name, exit.code)\n")
+    lines, errors = run_without_tensorflow(code)
+    assert [line for line in lines if line.startswith("exit ")] == [f"exit {name} 0" for name in COMMAND_LINES], \
+        errors[-2000:]
+    assert sum(line.lstrip().startswith("--output_dir") for line in lines) >= 5  # flags were shown
 
 
 def test_the_tools_are_their_modules_and_callable():

@@ -22,16 +22,8 @@ import platform
 import sys
 import time
 
-import numpy as np
-import tensorflow as tf
-
-from tfcnn import distributed
-from tfcnn.data.pipeline import synthetic_dataset
-from tfcnn.data.preprocessing import normalize_batch
-from tfcnn.models import create_model, list_models, model_info
-from tfcnn.models.weights import open_weights
+# TensorFlow (and the zoo, which needs it) load where they are used: --help and bad flags answer at once.
 from tfcnn.options import PRECISIONS
-from tfcnn.precision import COMPUTE_DTYPES, cpu_flags, set_policy, startup_notes
 
 PERCENTILES = (50, 90, 95, 99)
 CSV_FIELDS = ["model", "mode", "precision", "use_xla", "image_size", "batch_size", "ranks", "status",
@@ -46,6 +38,12 @@ class WarmupError(RuntimeError):
 def make_step(model_name, mode, batch_size, image_size, precision, use_xla, num_classes=1000, weights=None):
     """A zero-argument function running one synced step; builds everything it needs. weights: a path or an
     opened weights.Source; its data config's mean/std normalize the inputs."""
+    import tensorflow as tf
+
+    from tfcnn.data.pipeline import synthetic_dataset
+    from tfcnn.data.preprocessing import normalize_batch
+    from tfcnn.models import create_model
+    from tfcnn.precision import COMPUTE_DTYPES, set_policy
     from tfcnn.training.optimizers import build_optimizer
     from tfcnn.training.trainer import ClassifierTrainer
 
@@ -72,6 +70,9 @@ def make_step(model_name, mode, batch_size, image_size, precision, use_xla, num_
 
 def measure(step, warmup_steps, steps):
     """Per-step wall times (seconds) of `steps` synced steps after `warmup_steps` untimed ones."""
+    import numpy as np
+    import tensorflow as tf
+
     try:
         for _ in range(warmup_steps):
             step()
@@ -87,6 +88,8 @@ def measure(step, warmup_steps, steps):
 
 
 def summarize(times, batch_size, ranks) -> dict:
+    import numpy as np
+
     per_step = float(np.mean(times))
     row = {"img_per_sec": batch_size * ranks / per_step, "img_per_sec_per_rank": batch_size / per_step,
            "latency_ms_mean": 1000 * per_step}
@@ -98,6 +101,12 @@ def summarize(times, batch_size, ranks) -> dict:
 def run(models, mode, batch_sizes, precision="fp32", use_xla=False, image_size=None, warmup_steps=3, steps=10,
         log=print, weights=None) -> list[dict]:
     """weights: a weights file or checkpoint for the (single) model: its input size and normalization."""
+    import tensorflow as tf
+
+    from tfcnn import distributed
+    from tfcnn.models import model_info
+    from tfcnn.models.weights import open_weights
+
     rows = []
     ranks = distributed.size() if mode == "train" else 1
     source = open_weights(models[0], weights) if weights else None
@@ -122,6 +131,10 @@ def run(models, mode, batch_sizes, precision="fp32", use_xla=False, image_size=N
 
 
 def environment() -> dict:
+    import tensorflow as tf
+
+    from tfcnn.precision import cpu_flags
+
     gpus = tf.config.list_physical_devices("GPU")
     gpu_names = [tf.config.experimental.get_device_details(g).get("device_name", "GPU") for g in gpus]
     cpu = platform.processor()
@@ -163,11 +176,6 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=10, help="timed steps per measurement")
     parser.add_argument("--output_dir", help="write benchmark.csv and benchmark.json here")
     args = parser.parse_args(argv)
-    models = list_models() if args.models.strip() == "all" else [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in models if m not in list_models()]
-    if not models or unknown:
-        parser.error(f"unknown model name(s) in --models: {', '.join(unknown) or repr(args.models)}; "
-                     f"valid names: {', '.join(list_models())}, or 'all'")
     try:
         batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
     except ValueError:
@@ -178,6 +186,13 @@ def parse_args(argv=None):
         parser.error(f"--steps must be >= 2 and --warmup_steps >= 0, received: {args.steps}, {args.warmup_steps}")
     if args.image_size is not None and args.image_size < 32:
         parser.error(f"--image_size must be >= 32, received: {args.image_size}")
+    from tfcnn.models import list_models  # the zoo loads TensorFlow: the names are checked last
+
+    models = list_models() if args.models.strip() == "all" else [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in models if m not in list_models()]
+    if not models or unknown:
+        parser.error(f"unknown model name(s) in --models: {', '.join(unknown) or repr(args.models)}; "
+                     f"valid names: {', '.join(list_models())}, or 'all'")
     if args.weights and len(models) != 1:
         parser.error(f"--weights belongs to one model; --models lists {len(models)}: {', '.join(models)}")
     args.models, args.batch_sizes = models, batch_sizes
@@ -186,6 +201,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    from tfcnn import distributed
+    from tfcnn.precision import startup_notes
+
     distributed.init()
     chief = distributed.is_chief()
     log = print if chief else (lambda *_: None)

@@ -22,8 +22,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 plt.rcParams["svg.fonttype"] = "none"  # SVG text stays text: smaller, searchable, editable
 
-from tfcnn.models import list_models, model_info  # noqa: E402
-
 
 def load_json(path, what):
     try:
@@ -35,6 +33,8 @@ def load_json(path, what):
 
 def accuracy_points(models, evaluations):
     """[(model, gmacs, params, top1 %, measured?)] for the models, measured accuracy first."""
+    from tfcnn.models import model_info  # the zoo loads TensorFlow: --help and bad flags answer without it
+
     measured = {e["model"]: 100 * e["top1"] for e in evaluations}
     return [(m, model_info(m).gmacs, model_info(m).params, measured.get(m, model_info(m).top1), m in measured)
             for m in models]
@@ -110,6 +110,8 @@ def make_plots(output_dir, benchmark_path=None, eval_paths=()):
         if not {"model", "top1"} <= set(e):
             raise ValueError(f"evaluation {path} lacks 'model' and 'top1' (write it with tfcnn.evaluate --output)")
     names = [r["model"] for r in benchmark["results"]] if benchmark else []
+    from tfcnn.models import list_models
+
     names = [n for n in dict.fromkeys(names + [e["model"] for e in evaluations]) if n in list_models()]
     written = plot_accuracy_vs_flops(accuracy_points(names, evaluations), output_dir)
     if benchmark:

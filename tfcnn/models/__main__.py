@@ -1,9 +1,11 @@
 """`python -m tfcnn.models [PATTERN] [--markdown]`: the model table (name, input size, params, GMACs, reference
 top-1, the timm / torchvision definition whose weights it loads, what weights="imagenet" loads); as
-Markdown, the docs' table. With one model's name: also every published weights name it takes."""
-import sys
+Markdown, the docs' table. With one model's name: also every published weights name it takes, and its builder
+options (--model_options, create_model's keywords) with their defaults."""
+import argparse
 
 from tfcnn.models import list_models, model_info, pretrained
+from tfcnn.models.registry import override_defaults
 
 
 def imagenet_weights(name) -> str:
@@ -18,6 +20,8 @@ def model_table(pattern="*"):
                     f"{info.reference:<40}{imagenet_weights(name)}")
     if list_models(pattern) == [pattern]:
         rows.append(f"\nweights={{name}} for {pattern}: {', '.join(pretrained.weight_names(pattern)) or 'none'}")
+        options = ", ".join(f"{key}={value}" for key, value in override_defaults(pattern).items())
+        rows.append(f"builder options (--model_options, create_model's keywords), defaults: {options or 'none'}")
     return "\n".join(rows)
 
 
@@ -32,9 +36,15 @@ def model_markdown(pattern="*"):
     return "\n".join(rows) + "\n"
 
 
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tfcnn.models", description=__doc__)
+    parser.add_argument("pattern", nargs="?", default="*", help="a model's name or a shell pattern ('resnet*')")
+    parser.add_argument("--markdown", action="store_true", help="the table as Markdown (the docs')")
+    args = parser.parse_args(argv)
+    if not list_models(args.pattern):
+        parser.error(f"no model matches {args.pattern!r}; valid names: {', '.join(list_models())}")
+    print(model_markdown(args.pattern) if args.markdown else model_table(args.pattern), end="" if args.markdown else "\n")
+
+
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--markdown"]
-    if "--markdown" in sys.argv[1:]:
-        print(model_markdown(*args[:1]), end="")
-    else:
-        print(model_table(*args[:1]))
+    main()

@@ -170,10 +170,14 @@ def model_info(name: str) -> ModelInfo:
 
 def model_overrides(name: str) -> list[str]:
     """The keyword arguments `create_model(name, ...)` accepts besides num_classes and input_shape."""
+    return sorted(override_defaults(name))
+
+
+def override_defaults(name: str) -> dict:
+    """{each of model_overrides(name): the value the model is built with unless it is given}."""
     entry = _entry(name)
-    params = inspect.signature(entry.builder).parameters
     fixed = set(entry.arch) | {"num_classes", "input_shape", "name"}
-    return sorted(p for p in params if p not in fixed)
+    return {p.name: p.default for p in inspect.signature(entry.builder).parameters.values() if p.name not in fixed}
 
 
 def weight_map_of(name: str):
