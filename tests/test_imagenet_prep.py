@@ -287,3 +287,11 @@ def test_command_line(built, raw_tree, tmp_path):
     assert bad.returncode != 0 and "unknown resize spec: 'huge'" in bad.stderr
     meta = json.loads((tmp_path / "dataset.json").read_text())
     assert meta["splits"]["train"]["num_records"] == 18
+
+
+def test_labels_and_metadata_read_back_as_written(tmp_path):
+    """UTF-8 both ways (fileio writes it), a class without a text, and nothing there: None and {}."""
+    classes = [("n01", "café crème, ½ cup"), ("n02", "")]
+    records.write_labels(str(tmp_path), classes)
+    assert records.read_labels(str(tmp_path)) == classes
+    assert records.read_labels(str(tmp_path / "none")) is None and records.read_metadata(str(tmp_path)) == {}

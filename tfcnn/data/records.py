@@ -134,7 +134,7 @@ def read_labels(data_dir: str) -> list[tuple[str, str]] | None:
     text = _read_text(os.path.join(data_dir, LABELS_FILE))
     if text is None:
         return None
-    rows = [line.split("\t", 1) for line in text.splitlines() if line.strip()]
+    rows = [line.split("\t", 1) for line in text.split("\n") if line.strip()]
     return [(row[0], row[1] if len(row) > 1 else "") for row in rows]
 
 
@@ -155,7 +155,7 @@ def _read_text(path: str) -> str | None:
         with tf.io.gfile.GFile(path) as f:
             return f.read()
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:  # as fileio.atomic_write_text writes them
             return f.read()
     except FileNotFoundError:
         return None
