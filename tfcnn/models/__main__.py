@@ -43,7 +43,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not list_models(args.pattern):
         parser.error(f"no model matches {args.pattern!r}; valid names: {', '.join(list_models())}")
-    print(model_markdown(args.pattern) if args.markdown else model_table(args.pattern), end="" if args.markdown else "\n")
+    if args.markdown:
+        print(model_markdown(args.pattern), end="")  # ends with its newline, as the docs' generated page does
+    else:
+        print(model_table(args.pattern))
 
 
 if __name__ == "__main__":
