@@ -3,15 +3,17 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
-from tfcnn import precision  # noqa: E402
+# TensorFlow is imported where a fixture needs it, not here: pytest-xdist's controlling process loads this
+# file too, and would import TensorFlow (2-3 CPU-s) before it starts the workers, which import their own.
 
 
 def bfloat16_refused_by_an_isa_cap() -> str | None:
     """Why bfloat16 convolutions cannot run here, or None. TensorFlow hands them to oneDNN by the CPU's own
     flags (AVX512F); oneDNN held below AVX-512 by ONEDNN_MAX_CPU_ISA (the AVX2 approximation on an AVX-512
     machine, docs/performance.md) then refuses to create them. A real AVX2-only CPU never hands them over."""
+    from tfcnn import precision
+
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
     if (not cap or cap.startswith(("AVX512", "AVX10", "ALL", "DEFAULT")) or precision.cpu_kernels() == "Eigen's"
             or "avx512f" not in precision.cpu_flags()):
@@ -24,6 +26,8 @@ def bfloat16_refused_by_an_isa_cap() -> str | None:
 @pytest.fixture
 def mixed_policy(request):
     """Runs a test under a Keras global dtype policy, restoring float32 afterwards."""
+    import tensorflow as tf
+
     refused = request.param == "mixed_bfloat16" and bfloat16_refused_by_an_isa_cap()
     if refused:
         pytest.skip(refused)
@@ -68,6 +72,8 @@ def _jpeg(path, size, color, mode="RGB", quality=95):
 def write_corrupt_shard():
     """write(directory, split): one shard of two records, `ok.jpg` (8x8 black, label 1) then `broken.jpg`
     (the same JPEG cut to 40 bytes); returns the shard's path."""
+    import tensorflow as tf
+
     from tfcnn.data import records
 
     def write(directory, split):
