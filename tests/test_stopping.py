@@ -198,12 +198,16 @@ def test_stops_and_a_kill_then_resumes_end_with_every_variable_of_an_uninterrupt
     base = dict(TINY, data_dir=stripes, num_iter=total, augment="randaugment:2,9", mixup=0.2, checkpoint_every=5)
     log_dir, stop = tmp_path / "run", 0
     steps_per_epoch = 192 // (2 * base["batch_size"])  # the stripes' train records over the global batch
-    saved = lambda step: step % 5 == 0 or step % steps_per_epoch == 0  # noqa: E731  (and at each epoch's end)
-    # The kill lands a step or two after a checkpoint, with the next one 3 steps or more away (steps of 0.1 s
-    # and more; the wait polls every 0.2 s): it loses the steps since. (Waiting for 1 or 2 past a multiple of 5
-    # alone killed at step 12 once, just after that epoch's checkpoint, and lost nothing.)
-    just_past_a_checkpoint = lambda step: (saved(step - 1) or saved(step - 2)) and not any(  # noqa: E731
-        saved(next_step) for next_step in range(step, step + 3))
+
+    def saved(step):  # the run's checkpoints: every 5 steps and at each epoch's end
+        return step % 5 == 0 or step % steps_per_epoch == 0
+
+    def just_past_a_checkpoint(step):
+        """1 or 2 steps past a checkpoint, the next 3 or more away (steps take 0.1 s and more, the wait polls
+        every 0.2 s): a kill there loses the steps since. (1 or 2 past a multiple of 5 alone killed at step 12
+        once, just after that epoch's checkpoint, and lost nothing.)"""
+        return (saved(step - 1) or saved(step - 2)) and not any(saved(s) for s in range(step, step + 3))
+
     for target in ("worker", "launcher", "kill"):
         log_path = tmp_path / f"{target}.log"
         config = dict(base, log_dir=str(log_dir))
