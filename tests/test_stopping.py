@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from tfcnn import checkpoints
+from tfcnn.data import pipeline
 from tfcnn.training import make_config, train
 from tfcnn.training.stopping import PREEMPTED_EXIT_CODE, StopRequest
 
@@ -197,7 +198,9 @@ def test_stops_and_a_kill_then_resumes_end_with_every_variable_of_an_uninterrupt
     total = 40  # steps of 0.1 s or more: each interruption lands mid-run
     base = dict(TINY, data_dir=stripes, num_iter=total, augment="randaugment:2,9", mixup=0.2, checkpoint_every=5)
     log_dir, stop = tmp_path / "run", 0
-    steps_per_epoch = 192 // (2 * base["batch_size"])  # the stripes' train records over the global batch
+    # the run's epoch, as its plan counts it: the stripes' train records over the 2 ranks' global batch
+    train_records = pipeline.count_records(stripes, pipeline.list_shards(stripes, "train"))
+    steps_per_epoch = train_records // (2 * base["batch_size"])
 
     def saved(step):  # the run's checkpoints: every 5 steps and at each epoch's end
         return step % 5 == 0 or step % steps_per_epoch == 0
