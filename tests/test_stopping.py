@@ -202,8 +202,8 @@ def test_stops_and_a_kill_then_resumes_end_with_every_variable_of_an_uninterrupt
     train_records = pipeline.count_records(stripes, pipeline.list_shards(stripes, "train"))
     steps_per_epoch = train_records // (2 * base["batch_size"])
 
-    def saved(step):  # the run's checkpoints: every 5 steps and at each epoch's end
-        return step % 5 == 0 or step % steps_per_epoch == 0
+    def saved(step):  # the run's checkpoints: every checkpoint_every steps and at each epoch's end
+        return step % base["checkpoint_every"] == 0 or step % steps_per_epoch == 0
 
     def just_past_a_checkpoint(step):
         """1 or 2 steps past a checkpoint, the next 3 or more away (steps take 0.1 s and more, the wait polls
