@@ -178,7 +178,7 @@ check-gpu-build:
 	$(MAKE) --no-print-directory install HAS_GPU=1 NCCL=0 VENV=$(GPU_VENV)
 	$(GPU_VENV)/bin/python -m pytest tests/test_gpu_build.py $(PYTEST_ARGS)
 
-# Side-by-side benchmarks against baselines measured in the same run (CPU-sized defaults; ~15 min on 2 cores).
+# Side-by-side benchmarks against baselines measured in the same run (CPU-sized defaults; ~20 min on 2 cores).
 bench: install
 	@mkdir -p $(BENCH_RESULTS)
 	$(PY) bench/train_step.py --output $(BENCH_RESULTS)/train_step.json
@@ -189,6 +189,7 @@ bench: install
 	$(PY) bench/stop_agreement.py --output $(BENCH_RESULTS)/stop_agreement.json
 	$(PY) bench/kernels.py --output $(BENCH_RESULTS)/kernels.json
 	$(PY) bench/roofline.py --output $(BENCH_RESULTS)/roofline.json
+	$(PY) bench/grouped_conv.py --output $(BENCH_RESULTS)/grouped_conv.json
 
 clean:
 	rm -rf .venv .venv-tf2.15 $(GPU_VENV) build site *.egg-info .pytest_cache tests/.pytest_cache

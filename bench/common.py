@@ -36,8 +36,7 @@ def add_model_flag(p: argparse.ArgumentParser) -> None:
 
 def model_step_rate(model_name: str, image_size: int, batch_size: int, mode: str, steps: int,
                     policy: str = "float32") -> float:
-    """img/s of a bare step of a tfcnn model on one random batch: "train" (forward, gradients, SGD with
-    momentum) or "infer" (forward only), after one untimed step (tracing, kernel selection)."""
+    """img/s of a bare step of a tfcnn model on one random batch (step_rate), in `policy`."""
     import tensorflow as tf
 
     from tfcnn.models import create_model
@@ -45,8 +44,19 @@ def model_step_rate(model_name: str, image_size: int, batch_size: int, mode: str
     tf.keras.mixed_precision.set_global_policy(policy)
     tf.keras.utils.set_random_seed(0)
     model = create_model(model_name, input_shape=(image_size, image_size, 3))
-    x = tf.random.uniform((batch_size, image_size, image_size, 3), -1, 1)
-    y = tf.random.uniform((batch_size,), 0, 1000, tf.int32)
+    rate = step_rate(model, batch_size, mode, steps)[1]
+    tf.keras.backend.clear_session()
+    return rate
+
+
+def step_rate(model, batch_size: int, mode: str, steps: int) -> tuple[float, float]:
+    """(seconds of the first step: tracing, compiling, selecting kernels, running; img/s of the `steps` after
+    it) of a bare step of `model` on one random batch: "train" (forward, gradients, SGD with momentum) or
+    "infer" (forward only)."""
+    import tensorflow as tf
+
+    x = tf.random.uniform((batch_size, *model.input_shape[1:]), -1, 1)
+    y = tf.random.uniform((batch_size,), 0, model.output_shape[-1], tf.int32)
     optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.9)
 
     @tf.function
@@ -62,14 +72,14 @@ def model_step_rate(model_name: str, image_size: int, batch_size: int, mode: str
         return tf.reduce_sum(model(x, training=False))
 
     step = {"train": train, "infer": infer}[mode]
+    start = time.perf_counter()
     float(step())
+    first = time.perf_counter() - start
     start = time.perf_counter()
     for _ in range(steps):
         value = step()
     float(value)
-    rate = steps * batch_size / (time.perf_counter() - start)
-    tf.keras.backend.clear_session()
-    return rate
+    return first, steps * batch_size / (time.perf_counter() - start)
 
 
 def parser(doc: str) -> argparse.ArgumentParser:

@@ -34,11 +34,12 @@ TINY = {
     # One case (each measurement is a fresh process of its own): its row holds both kernel sets' figures.
     "kernels.py": ["--cases=resnet18 32px", "--batch_size=2", "--steps=1", "--repeats=1"],
     "onnx_inference.py": ["--model=resnet18", "--image_size=32", "--batch_sizes=1,2", "--rounds=1", "--calls=1"],
+    "grouped_conv.py": ["--model=resnext50_32x4d", "--image_size=64", "--batch_size=2", "--steps=1", "--repeats=1"],
 }
 # The smoke runs that train a model, at a size and batch where it can (see test_training_smoke_runs_...): the
 # sizes test_models trains each at, with its batch of 2 (the cheapest such runs: batch 8 at 32 px costs the same
 # pixels, and ResNet-18's 1x1 maps there are Eigen's slowest shape).
-TRAINING = ("memory.py", "roofline.py", "stop_agreement.py", "train_step.py")
+TRAINING = ("grouped_conv.py", "memory.py", "roofline.py", "stop_agreement.py", "train_step.py")
 # Rows a smoke run reports where it is not one per contender (2): kernels.py's one case, Eigen and oneDNN in its row.
 ROWS = {"kernels.py": 1}
 # Scripts of an optional extra: skipped, with the install command, where it is not installed.

@@ -176,6 +176,54 @@ def test_resnet_v1_5_strides_groups_and_zero_initialized_residuals():
         assert np.all(other_bn.gamma.numpy() == 1.0) and other_bn.epsilon == 1e-5
 
 
+def test_grouped_convolutions_take_tensorflows_own_kernels_where_they_train():
+    """GroupedConv2D (ResNeXt's 3x3s): trains_grouped_natively answers, dtype by dtype, what the kernels here do
+    with a grouped convolution's gradients; where they train, the layer runs TensorFlow's grouped Conv2D (no XLA
+    cluster; Keras' Conv2D compiles one) and computes Keras' outputs and gradients from the same weights.
+    Control: the same weights with two groups' kernels swapped give other outputs."""
+    from tfcnn.models.layers import GroupedConv2D, trains_grouped_natively
+
+    for dtype in ("float32", "bfloat16", "float16", "float64"):
+        images, kernel = tf.ones((1, 4, 4, 8), dtype), tf.ones((3, 3, 2, 8), dtype)  # 4 groups of 2 channels
+        try:
+            with tf.GradientTape() as tape:
+                tape.watch([images, kernel])
+                outputs = tf.nn.conv2d(images, kernel, 1, "SAME")
+            [gradient.numpy() for gradient in tape.gradient(outputs, [images, kernel])]
+            trains = True
+        except tf.errors.OpError:
+            trains = False
+        assert trains_grouped_natively(dtype) == trains, dtype
+
+    images = tf.random.stateless_normal((2, 6, 6, 8), seed=(1, 2))
+    grouped = GroupedConv2D(8, 3, groups=4, name="grouped")
+    keras = tf.keras.layers.Conv2D(8, 3, groups=4, name="keras")
+    grouped.build(images.shape)
+    keras.build(images.shape)
+    grouped.bias.assign(tf.random.stateless_normal((8,), seed=(3, 4)))
+    keras.set_weights(grouped.get_weights())
+
+    def step(layer):
+        @tf.function
+        def run(images):
+            with tf.GradientTape() as tape:
+                tape.watch(images)
+                outputs = layer(images)
+                loss = tf.reduce_sum(tf.square(outputs))
+            return [outputs, *tape.gradient(loss, [images, *layer.weights])]
+        graph = run.get_concrete_function(images).graph.as_graph_def()
+        compiled = any(function.attr["_XlaMustCompile"].b for function in graph.library.function)
+        return [t.numpy() for t in run(images)], compiled
+
+    (got, got_compiled), (want, want_compiled) = step(grouped), step(keras)
+    assert (got_compiled, want_compiled) == (not trains_grouped_natively("float32"), True)
+    for name, a, b in zip(("outputs", "input gradient", "kernel gradient", "bias gradient"), got, want):
+        assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max(), name
+    kernel = grouped.kernel.numpy()
+    grouped.kernel.assign(np.concatenate([kernel[..., 2:4], kernel[..., :2], kernel[..., 4:]], axis=-1))
+    assert np.abs(grouped(images).numpy() - want[0]).max() > 1e-2 * np.abs(want[0]).max()
+
+
 def test_without_initializers_leaves_weights_zero_inside_only():
     with without_initializers():
         unset = create_model("resnet18", input_shape=(32, 32, 3))

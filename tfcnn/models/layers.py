@@ -1,10 +1,13 @@
 """Building blocks shared by the model families (Keras functional API, NHWC)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import tensorflow as tf
 
 from tfcnn.data.preprocessing import normalize_batch
+from tfcnn.precision import has_gpu
 
 layers = tf.keras.layers
 
@@ -27,13 +30,64 @@ def conv_bn(x, filters, kernel_size, *, name, strides=1, groups=1, activation=Tr
     if padding == "same" and strides > 1 and max(kernel_size) > 1:
         x = layers.ZeroPadding2D(tuple((k // 2, k // 2) for k in kernel_size), name=f"{name}_pad")(x)
         padding = "valid"
-    x = layers.Conv2D(filters, kernel_size, strides=strides, padding=padding, groups=groups,
-                      use_bias=False, kernel_initializer=conv_init(), name=f"{name}_conv")(x)
+    conv = GroupedConv2D if groups > 1 else layers.Conv2D
+    x = conv(filters, kernel_size, strides=strides, padding=padding, groups=groups, use_bias=False,
+             kernel_initializer=conv_init(), name=f"{name}_conv")(x)
     x = layers.BatchNormalization(epsilon=bn_epsilon, momentum=bn_momentum,
                                   gamma_initializer="zeros" if zero_gamma else "ones", name=f"{name}_bn")(x)
     if activation:
         x = layers.ReLU(name=f"{name}_relu")(x)
     return x
+
+
+@functools.lru_cache(maxsize=None)
+def trains_grouped_natively(dtype: str) -> bool:
+    """Whether TensorFlow's own kernels here compute a grouped convolution's gradients in `dtype`: oneDNN's
+    CPU kernels do in float32, and in bfloat16 where TensorFlow hands bfloat16 to oneDNN (CPUs with AVX-512),
+    not in float16 (on a 2-core AVX-512 EPYC); Eigen's (TF_ENABLE_ONEDNN_OPTS=0, and every float64 kernel) in
+    no dtype. With a GPU: False, Keras' own path (not measured here)."""
+    from tensorflow.python.util import _pywrap_util_port  # whether oneDNN's kernels run: no public API says
+
+    if has_gpu() or dtype == "float64" or not _pywrap_util_port.IsMklEnabled():
+        return False  # Eigen's: known without trying (a failed try logs TensorFlow's "not supported" warning)
+    # Tried once per dtype and process: the two gradient kernels themselves (a tape records nothing inside
+    # init_scope), eagerly, also while a model is being traced. 2 groups of 2 channels (of 1 channel each it
+    # would be a depthwise convolution, which Eigen's kernels do train).
+    with tf.init_scope(), tf.device("/CPU:0"):
+        kernel, gradient = tf.ones((1, 1, 2, 4), dtype), tf.ones((1, 2, 2, 4), dtype)
+        try:
+            tf.raw_ops.Conv2DBackpropInput(input_sizes=[1, 2, 2, 4], filter=kernel, out_backprop=gradient,
+                                           strides=[1, 1, 1, 1], padding="VALID")
+            tf.raw_ops.Conv2DBackpropFilter(input=gradient, filter_sizes=[1, 1, 2, 4], out_backprop=gradient,
+                                            strides=[1, 1, 1, 1], padding="VALID")
+        except tf.errors.OpError:
+            return False
+    return True
+
+
+@tf.keras.utils.register_keras_serializable(package="tfcnn")
+class GroupedConv2D(layers.Conv2D):
+    """Keras' Conv2D for groups > 1 (ResNeXt's 3x3 convolutions), on TensorFlow's own grouped kernels where
+    they train (trains_grouped_natively): oneDNN's CPU kernels in float32 and bfloat16. Keras compiles every
+    grouped convolution with XLA instead (Eigen's CPU kernels have no grouped gradient), whose CPU code for
+    it is far slower: ResNeXt-50's training step at 224 px, batch 8, 54 s against 1.3 s (bench/grouped_conv.py,
+    2-core AVX-512 EPYC). Elsewhere (Eigen's kernels, float16, float64, GPUs) it is Keras' layer as is.
+    Same weights, checkpoints and config as Conv2D."""
+
+    def call(self, inputs):
+        if not trains_grouped_natively(self.compute_dtype):
+            return super().call(inputs)
+        outputs = self.convolution_op(inputs, self.kernel)
+        if self.use_bias:
+            outputs = tf.nn.bias_add(outputs, self.bias, data_format="NHWC" if self.data_format == "channels_last"
+                                     else "NCHW")
+        return outputs if self.activation is None else self.activation(outputs)
+
+    def build_from_config(self, config):
+        # Keras builds a deserialized custom layer outside its name scope: its weights would lose the layer's
+        # name (kernel:0, not stage1_block1_conv2_conv/kernel:0) in a model rebuilt from its config.
+        with tf.name_scope(self.name + "/"):
+            super().build_from_config(config)
 
 
 def squeeze_excite(x, reduced_channels, name, activation="relu"):
