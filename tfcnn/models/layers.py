@@ -44,8 +44,8 @@ def conv_bn(x, filters, kernel_size, *, name, strides=1, groups=1, activation=Tr
 def trains_grouped_natively(dtype: str) -> bool:
     """Whether TensorFlow's own kernels here compute a grouped convolution's gradients in `dtype`: oneDNN's
     CPU kernels do in float32, and in bfloat16 where TensorFlow hands bfloat16 to oneDNN (CPUs with AVX-512),
-    not in float16 (on a 2-core AVX-512 EPYC); Eigen's (TF_ENABLE_ONEDNN_OPTS=0, and every float64 kernel) in
-    no dtype. With a GPU: False, Keras' own path (not measured here)."""
+    not in float16 (on a 2-core AVX-512 EPYC); Eigen's kernels (TF_ENABLE_ONEDNN_OPTS=0, and float64's always)
+    have none. With a GPU: False, Keras' own path (not measured here)."""
     from tensorflow.python.util import _pywrap_util_port  # whether oneDNN's kernels run: no public API says
 
     if has_gpu() or dtype == "float64" or not _pywrap_util_port.IsMklEnabled():
@@ -72,7 +72,7 @@ class GroupedConv2D(layers.Conv2D):
     grouped convolution with XLA instead (Eigen's CPU kernels have no grouped gradient), whose CPU code for
     it is far slower: ResNeXt-50's training step at 224 px, batch 8, 54 s against 1.3 s (bench/grouped_conv.py,
     2-core AVX-512 EPYC). Elsewhere (Eigen's kernels, float16, float64, GPUs) it is Keras' layer as is.
-    Same weights, checkpoints and config as Conv2D."""
+    Conv2D's weights, checkpoints and config keys."""
 
     def call(self, inputs):
         if not trains_grouped_natively(self.compute_dtype):
