@@ -224,6 +224,26 @@ def test_grouped_convolutions_take_tensorflows_own_kernels_where_they_train():
     assert np.abs(grouped(images).numpy() - want[0]).max() > 1e-2 * np.abs(want[0]).max()
 
 
+def test_a_cpu_run_whose_grouped_convolutions_take_xla_is_told_the_setting_that_avoids_it(monkeypatch):
+    """The trainer's start-up note (tfcnn.training.trainer.build_trainer logs it)."""
+    from tfcnn.models import layers
+
+    with without_initializers():
+        resnext, resnet = (create_model(name, input_shape=(32, 32, 3)) for name in ("resnext50_32x4d", "resnet18"))
+    assert (layers.grouped_convolutions_note(resnext) is None) == layers.trains_grouped_natively("float32")
+    monkeypatch.setattr(layers, "has_gpu", lambda: False)
+    monkeypatch.setattr(layers, "trains_grouped_natively", lambda dtype: False)
+    monkeypatch.setattr(layers, "onednn_enabled", lambda: False)
+    note = layers.grouped_convolutions_note(resnext)
+    assert note.startswith("16 grouped convolutions: TensorFlow's CPU kernels here have no grouped gradient in float32")
+    assert note.endswith("TF_ENABLE_ONEDNN_OPTS=1 selects oneDNN's CPU kernels, which have it (fp32, bf16)")
+    monkeypatch.setattr(layers, "onednn_enabled", lambda: True)  # float16, say
+    assert "--precision fp32 (or bf16 on CPUs with AVX-512)" in layers.grouped_convolutions_note(resnext)
+    assert layers.grouped_convolutions_note(resnet) is None
+    monkeypatch.setattr(layers, "trains_grouped_natively", lambda dtype: True)
+    assert layers.grouped_convolutions_note(resnext) is None
+
+
 def test_without_initializers_leaves_weights_zero_inside_only():
     with without_initializers():
         unset = create_model("resnet18", input_shape=(32, 32, 3))

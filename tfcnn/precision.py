@@ -48,6 +48,14 @@ def has_gpu() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
 
 
+def onednn_enabled() -> bool:
+    """Whether this process runs oneDNN's CPU kernels: TF_ENABLE_ONEDNN_OPTS, or TensorFlow's own choice by
+    the CPU where it is unset. TensorFlow's answer (no public API gives it)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
 def cpu_kernels() -> str | None:
     """"oneDNN's" or "Eigen's", as TF_ENABLE_ONEDNN_OPTS selects them; None where it is unset and
     TensorFlow chooses by the CPU."""

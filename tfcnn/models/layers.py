@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfcnn.data.preprocessing import normalize_batch
-from tfcnn.precision import has_gpu
+from tfcnn.precision import has_gpu, onednn_enabled
 
 layers = tf.keras.layers
 
@@ -46,9 +46,7 @@ def trains_grouped_natively(dtype: str) -> bool:
     CPU kernels do in float32, and in bfloat16 where TensorFlow hands bfloat16 to oneDNN (CPUs with AVX-512),
     not in float16 (on a 2-core AVX-512 EPYC); Eigen's kernels (TF_ENABLE_ONEDNN_OPTS=0, and float64's always)
     have none. With a GPU: False, Keras' own path (not measured here)."""
-    from tensorflow.python.util import _pywrap_util_port  # whether oneDNN's kernels run: no public API says
-
-    if has_gpu() or dtype == "float64" or not _pywrap_util_port.IsMklEnabled():
+    if has_gpu() or dtype == "float64" or not onednn_enabled():
         return False  # Eigen's: known without trying (a failed try logs TensorFlow's "not supported" warning)
     # Tried once per dtype and process: the two gradient kernels themselves (a tape records nothing inside
     # init_scope), eagerly, also while a model is being traced. 2 groups of 2 channels (of 1 channel each it
@@ -88,6 +86,19 @@ class GroupedConv2D(layers.Conv2D):
         # name (kernel:0, not stage1_block1_conv2_conv/kernel:0) in a model rebuilt from its config.
         with tf.name_scope(self.name + "/"):
             super().build_from_config(config)
+
+
+def grouped_convolutions_note(model) -> str | None:
+    """What a CPU run should know when `model`'s grouped convolutions take Keras' XLA path, with the setting
+    that avoids it; None when they run on TensorFlow's own kernels, on a GPU, or the model has none."""
+    grouped = [layer for layer in model.layers if isinstance(layer, GroupedConv2D)]
+    if not grouped or has_gpu() or trains_grouped_natively(grouped[0].compute_dtype):
+        return None
+    dtype = grouped[0].compute_dtype
+    fix = ("--precision fp32 (or bf16 on CPUs with AVX-512) keeps them on oneDNN's" if onednn_enabled() else
+           "TF_ENABLE_ONEDNN_OPTS=1 selects oneDNN's CPU kernels, which have it (fp32, bf16)")
+    return (f"{len(grouped)} grouped convolutions: TensorFlow's CPU kernels here have no grouped gradient in {dtype}, "
+            f"so they run through XLA, tens of times slower a step (bench/grouped_conv.py); {fix}")
 
 
 def squeeze_excite(x, reduced_channels, name, activation="relu"):

@@ -37,6 +37,7 @@ from tfcnn.ema import WeightAverage
 from tfcnn.metrics import accuracy, count_correct
 from tfcnn.models import create_model
 from tfcnn.models.initializers import build_initialized
+from tfcnn.models.layers import grouped_convolutions_note
 from tfcnn.models.weights import load_weights
 from tfcnn.options import check_mixing, parse_loss_scale
 from tfcnn.precision import set_policy
@@ -225,6 +226,9 @@ def build_trainer(plan: Plan, log=print, lr=None, state=None, broadcast=True):
     warning = small_batch_norm_warning(model, config.batch_size)
     if warning:
         log(f"tfcnn: warning: {warning}")
+    note = grouped_convolutions_note(model)
+    if note:
+        log(f"tfcnn: note: {note}")
     if plan.init is not None:
         new_head = plan.init_classes is not None and plan.init_classes != plan.num_classes
         if new_head:
