@@ -30,8 +30,8 @@ def with_keras_conv2d(model: tf.keras.Model) -> tf.keras.Model:
     grouped = tf.keras.utils.get_registered_name(GroupedConv2D)
     conv2d = tf.keras.layers.serialize(tf.keras.layers.Conv2D(1, 1))  # how this Keras names its own class
     for layer in config["layers"]:
-        if layer.get("registered_name", layer["class_name"]) == grouped:
-            layer.update({key: conv2d.get(key) for key in ("module", "class_name", "registered_name") if key in layer})
+        if layer["registered_name"] == grouped:
+            layer.update({key: conv2d[key] for key in ("module", "class_name", "registered_name")})
     twin = tf.keras.Model.from_config(config)
     twin.set_weights(model.get_weights())
     return twin

@@ -225,8 +225,11 @@ def test_grouped_convolutions_take_tensorflows_own_kernels_where_they_train():
 
 
 def test_a_cpu_run_whose_grouped_convolutions_take_xla_is_told_the_setting_that_avoids_it(monkeypatch):
-    """The trainer's start-up note (tfcnn.training.trainer.build_trainer logs it)."""
+    """The trainer's start-up note: what it says when, and that building a run's model logs it."""
     from tfcnn.models import layers
+    from tfcnn.training import make_config
+    from tfcnn.training.plan import make_plan
+    from tfcnn.training.trainer import build_trainer
 
     with without_initializers():
         resnext, resnet = (create_model(name, input_shape=(32, 32, 3)) for name in ("resnext50_32x4d", "resnet18"))
@@ -237,6 +240,10 @@ def test_a_cpu_run_whose_grouped_convolutions_take_xla_is_told_the_setting_that_
     note = layers.grouped_convolutions_note(resnext)
     assert note.startswith("16 grouped convolutions: TensorFlow's CPU kernels here have no grouped gradient in float32")
     assert note.endswith("TF_ENABLE_ONEDNN_OPTS=1 selects oneDNN's CPU kernels, which have it (fp32, bf16)")
+    logged = []
+    build_trainer(make_plan(make_config(model="resnext50_32x4d", image_size=32, batch_size=8, num_classes=5)),
+                  log=logged.append)
+    assert f"tfcnn: note: {note}" in logged, logged
     monkeypatch.setattr(layers, "onednn_enabled", lambda: True)  # float16, say
     assert "--precision fp32 (or bf16 on CPUs with AVX-512)" in layers.grouped_convolutions_note(resnext)
     assert layers.grouped_convolutions_note(resnet) is None
