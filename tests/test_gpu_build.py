@@ -1,10 +1,11 @@
-"""The GPU install: `make install` finds a CUDA 12 toolkit or stops, naming what it found and the ways out,
-before it downloads anything (every suite); and, in a venv made by `make check-gpu-build` (tensorflow[and-cuda]
+"""The GPU install: `make install` finds a CUDA 12 toolkit, and the disk space the venv and pip's downloads
+take, or stops, naming what it found and the ways out, before it downloads anything (every suite); and, in a venv made by `make check-gpu-build` (tensorflow[and-cuda]
 and Horovod built with or without its NCCL operations, on a machine without a GPU), Horovod reports what it
 was built with and trains two ranks on CPU tensors."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -73,6 +74,53 @@ def test_make_install_stops_before_downloading_the_gpu_stack(tmp_path):
     assert done.returncode != 0
     assert "tfcnn: no CUDA 12 toolkit to compile Horovod's GPU operations (NCCL) with" in done.stdout + done.stderr
     assert not venv.exists()  # stopped before the venv, let alone tensorflow[and-cuda]
+
+
+CHECK_SPACE = os.path.join(REPO, "patches", "check_space.sh")
+
+
+def _free_mb(path):
+    return shutil.disk_usage(path).free // 10**6
+
+
+def _check_space(venv, venv_mb, download_mb, tmp):
+    return subprocess.run(["bash", CHECK_SPACE, str(venv), str(venv_mb), str(download_mb)], capture_output=True,
+                          text=True, env={**os.environ, "TMPDIR": str(tmp)})
+
+
+def test_an_install_the_disk_cannot_hold_stops_before_the_venv(tmp_path):
+    """The venv and pip's downloads share tmp_path's filesystem here, so what they need adds up: this
+    filesystem's free space is enough for either alone, not for both. make install runs the check before it
+    makes the venv (its figures taken as given on its command line here)."""
+    free = _free_mb(tmp_path)
+    fits = _check_space(tmp_path / "venv", 1, 1, tmp_path)
+    assert fits.returncode == 0 and not fits.stderr, fits.stderr
+    short = _check_space(tmp_path / "venv", free // 2 + 500, free // 2 + 500, tmp_path)
+    assert short.returncode == 1, short.stderr
+    assert re.search(rf"{re.escape(str(tmp_path))} has [\d.]+ GB free, the venv \([\d.]+ GB\) with pip's "
+                     rf"downloads \([\d.]+ GB\) while it installs needs [\d.]+ GB", short.stderr), short.stderr
+    assert "VENV=DIR" in short.stderr and "TMPDIR=DIR" in short.stderr
+
+    venv = tmp_path / "venv"
+    done = subprocess.run(["make", "-C", REPO, "--no-print-directory", "install", f"VENV={venv}",
+                           f"INSTALL_SPACE_MB={free + 1000} 0"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode != 0 and "tfcnn: not enough disk space to install" in done.stderr, done.stderr
+    assert not venv.exists()
+
+
+def test_pip_downloads_on_another_filesystem_are_checked_there(tmp_path):
+    """TMPDIR on another filesystem (a tmpfs /tmp, say): each filesystem is held to its own part."""
+    other = "/dev/shm"
+    if not os.path.isdir(other) or os.stat(other).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip(f"needs a directory on another filesystem than {tmp_path} ({other})")
+    shm = _free_mb(other)
+    fits = _check_space(tmp_path / "venv", 1, shm // 2, other)
+    assert fits.returncode == 0, fits.stderr
+    short = _check_space(tmp_path / "venv", 1, shm + 1000, other)
+    assert short.returncode == 1
+    assert f"tfcnn: not enough disk space to install: {other} has" in short.stderr
+    assert "pip's downloads while it installs (TMPDIR)" in short.stderr and str(tmp_path) not in short.stderr
 
 
 # ------------------------------------------------------------------------- in the GPU stack's venv
