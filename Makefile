@@ -85,11 +85,11 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 NCCL ?= 1
 WANT_GPU_OPS := $(if $(and $(filter 1,$(HAS_GPU)),$(filter 1,$(NCCL))),1,0)
 TF_PACKAGE := $(if $(filter 1,$(HAS_GPU)),tensorflow[and-cuda],tensorflow-cpu)==$(TF_VERSION)
-# The disk a new venv needs (MB), measured from a fresh clone (TF 2.21, Python 3.11): the venv, then pip's
-# downloads, which it holds until they are unpacked. The GPU stack: a 6.5 GB venv (4.2 GB of it NVIDIA's CUDA
-# libraries) and 3.1 GB of downloads; the CPU one with both extras: 2.8 GB and 0.4 GB. Horovod's build
-# directory (under 0.1 GB) comes after the downloads are gone.
-INSTALL_SPACE_MB := $(if $(filter 1,$(HAS_GPU)),6600 3200,2900 500)
+# The disk a new venv needs (MiB), measured from a fresh clone (TF 2.21, Python 3.11): the venv, and pip's
+# downloads, which it holds until they are unpacked. The GPU stack: a 6,527 MiB venv (4,227 of it NVIDIA's CUDA
+# libraries) and 3,115 MiB of downloads; the CPU one with both extras: 2,807 and 356 MiB. Horovod's build
+# directory (under 100 MiB) comes after the downloads are gone.
+INSTALL_SPACE_MIB := $(if $(filter 1,$(HAS_GPU)),6600 3200,2900 500)
 LANE_ID := TensorFlow $(TF_VERSION)$(if $(filter 1,$(HAS_GPU)), with CUDA), Python $(PY_VERSION)
 # Built Horovod wheels, each under a name that says what it fits (patches/build_horovod.sh).
 HOROVOD_CACHE := $${XDG_CACHE_HOME:-$$HOME/.cache}/tfcnn
@@ -122,7 +122,7 @@ $(STAMP): setup.py Makefile $(HOROVOD_PATCHES) patches/build_horovod.sh patches/
 	   echo "tfcnn: $(VENV) holds $$(cat $(VENV)/.tfcnn-lane 2>/dev/null || echo 'another install'), not $(LANE_ID): making it anew"; \
 	   rm -rf $(VENV); fi
 	@# A disk too full for the new venv and pip's downloads is said before the first download.
-	@test -x $(PY) || bash patches/check_space.sh $(VENV) $(INSTALL_SPACE_MB)
+	@test -x $(PY) || bash patches/check_space.sh $(VENV) $(INSTALL_SPACE_MIB)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "$(LANE_ID)" > $(VENV)/.tfcnn-lane
 	$(PIP) install --upgrade "pip>=23" "setuptools>=65,<70" wheel

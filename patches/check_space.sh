@@ -2,35 +2,36 @@
 # Refuses an install the disk cannot hold, before anything is downloaded (what `make install` runs before it
 # creates a venv):
 #
-#   patches/check_space.sh VENV VENV_MB DOWNLOAD_MB
+#   patches/check_space.sh VENV VENV_MIB DOWNLOAD_MIB
 #
 # pip keeps all of an install's wheels in its temporary directory ($TMPDIR, else /tmp) until it has unpacked
 # them into the venv, so the install's peak is the venv's size plus the downloads, summed where both are on
 # one filesystem. Without this check a full disk shows as pip's "[Errno 28] No space left on device" after
 # gigabytes of downloads. Exits 1 naming each filesystem that is short, what it has and what it needs.
 set -euo pipefail
-[ $# -eq 3 ] || { echo "usage: $0 VENV VENV_MB DOWNLOAD_MB" >&2; exit 2; }
-venv=$1 venv_mb=$2 download_mb=$3
+[ $# -eq 3 ] || { echo "usage: $0 VENV VENV_MIB DOWNLOAD_MIB" >&2; exit 2; }
+venv=$1 venv_mib=$2 download_mib=$3
 tmp=${TMPDIR:-/tmp}
 parent=$(dirname "$(realpath -m "$venv")")  # the venv itself does not exist yet
 while [ ! -d "$parent" ]; do parent=$(dirname "$parent"); done
 
-free_mb() { df -Pm "$1" | awk 'NR == 2 {print $4}'; }
-gb() { awk -v mb="$1" 'BEGIN {printf "%.1f", mb / 1000}'; }
+free_mib() { df -Pm "$1" | awk 'NR == 2 {print $4}'; }
+gib() { awk -v mib="$1" 'BEGIN {printf "%.1f", mib / 1024}'; }
 short=0
-need() {  # DIR MB WHAT: says so and marks the check failed when DIR's filesystem has less than MB free
+need() {  # DIR MIB WHAT: says so and marks the check failed when DIR's filesystem has less than MIB free
   local have
-  have=$(free_mb "$1")
+  have=$(free_mib "$1")
   if [ "$have" -lt "$2" ]; then
-    echo "tfcnn: not enough disk space to install: $1 has $(gb "$have") GB free, $3 needs $(gb "$2") GB" >&2
+    echo "tfcnn: not enough disk space to install: $1 has $(gib "$have") GiB free, $3 needs $(gib "$2") GiB" >&2
     short=1
   fi
 }
 if [ "$(stat -c %d "$parent")" = "$(stat -c %d "$tmp")" ]; then
-  need "$parent" $((venv_mb + download_mb)) "the venv ($(gb "$venv_mb") GB) with pip's downloads ($(gb "$download_mb") GB) while it installs"
+  need "$parent" $((venv_mib + download_mib)) \
+    "the venv ($(gib "$venv_mib") GiB) with pip's downloads ($(gib "$download_mib") GiB) while it installs"
 else
-  need "$parent" "$venv_mb" "the venv"
-  need "$tmp" "$download_mb" "pip's downloads while it installs (TMPDIR)"
+  need "$parent" "$venv_mib" "the venv"
+  need "$tmp" "$download_mib" "pip's downloads while it installs (TMPDIR)"
 fi
 [ "$short" = 0 ] || { echo "tfcnn: free some space, or put the venv elsewhere (VENV=DIR) or pip's downloads" \
   "(TMPDIR=DIR) on a disk that has it" >&2; exit 1; }

@@ -1,7 +1,8 @@
 """The GPU install: `make install` finds a CUDA 12 toolkit, and the disk space the venv and pip's downloads
-take, or stops, naming what it found and the ways out, before it downloads anything (every suite); and, in a venv made by `make check-gpu-build` (tensorflow[and-cuda]
-and Horovod built with or without its NCCL operations, on a machine without a GPU), Horovod reports what it
-was built with and trains two ranks on CPU tensors."""
+take, or stops, naming what it found and the ways out, before it downloads anything (every suite); and, in a
+venv made by `make check-gpu-build` (tensorflow[and-cuda] and Horovod built with or without its NCCL
+operations, on a machine without a GPU), Horovod reports what it was built with and trains two ranks on CPU
+tensors."""
 import json
 import os
 import re
@@ -79,12 +80,12 @@ def test_make_install_stops_before_downloading_the_gpu_stack(tmp_path):
 CHECK_SPACE = os.path.join(REPO, "patches", "check_space.sh")
 
 
-def _free_mb(path):
-    return shutil.disk_usage(path).free // 10**6
+def _free_mib(path):
+    return shutil.disk_usage(path).free // 2**20
 
 
-def _check_space(venv, venv_mb, download_mb, tmp):
-    return subprocess.run(["bash", CHECK_SPACE, str(venv), str(venv_mb), str(download_mb)], capture_output=True,
+def _check_space(venv, venv_mib, download_mib, tmp):
+    return subprocess.run(["bash", CHECK_SPACE, str(venv), str(venv_mib), str(download_mib)], capture_output=True,
                           text=True, env={**os.environ, "TMPDIR": str(tmp)})
 
 
@@ -92,18 +93,18 @@ def test_an_install_the_disk_cannot_hold_stops_before_the_venv(tmp_path):
     """The venv and pip's downloads share tmp_path's filesystem here, so what they need adds up: this
     filesystem's free space is enough for either alone, not for both. make install runs the check before it
     makes the venv (its figures taken as given on its command line here)."""
-    free = _free_mb(tmp_path)
+    free = _free_mib(tmp_path)
     fits = _check_space(tmp_path / "venv", 1, 1, tmp_path)
     assert fits.returncode == 0 and not fits.stderr, fits.stderr
     short = _check_space(tmp_path / "venv", free // 2 + 500, free // 2 + 500, tmp_path)
     assert short.returncode == 1, short.stderr
-    assert re.search(rf"{re.escape(str(tmp_path))} has [\d.]+ GB free, the venv \([\d.]+ GB\) with pip's "
-                     rf"downloads \([\d.]+ GB\) while it installs needs [\d.]+ GB", short.stderr), short.stderr
+    assert re.search(rf"{re.escape(str(tmp_path))} has [\d.]+ GiB free, the venv \([\d.]+ GiB\) with pip's "
+                     rf"downloads \([\d.]+ GiB\) while it installs needs [\d.]+ GiB", short.stderr), short.stderr
     assert "VENV=DIR" in short.stderr and "TMPDIR=DIR" in short.stderr
 
     venv = tmp_path / "venv"
     done = subprocess.run(["make", "-C", REPO, "--no-print-directory", "install", f"VENV={venv}",
-                           f"INSTALL_SPACE_MB={free + 1000} 0"], capture_output=True, text=True, timeout=120,
+                           f"INSTALL_SPACE_MIB={free + 1000} 0"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode != 0 and "tfcnn: not enough disk space to install" in done.stderr, done.stderr
     assert not venv.exists()
@@ -114,7 +115,7 @@ def test_pip_downloads_on_another_filesystem_are_checked_there(tmp_path):
     other = "/dev/shm"
     if not os.path.isdir(other) or os.stat(other).st_dev == os.stat(tmp_path).st_dev:
         pytest.skip(f"needs a directory on another filesystem than {tmp_path} ({other})")
-    shm = _free_mb(other)
+    shm = _free_mib(other)
     fits = _check_space(tmp_path / "venv", 1, shm // 2, other)
     assert fits.returncode == 0, fits.stderr
     short = _check_space(tmp_path / "venv", 1, shm + 1000, other)
