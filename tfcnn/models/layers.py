@@ -92,9 +92,9 @@ def grouped_convolutions_note(model) -> str | None:
     """What a CPU run should know when `model`'s grouped convolutions take Keras' XLA path, with the setting
     that avoids it; None when they run on TensorFlow's own kernels, on a GPU, or the model has none."""
     grouped = [layer for layer in model.layers if isinstance(layer, GroupedConv2D)]
-    if not grouped or has_gpu() or trains_grouped_natively(grouped[0].compute_dtype):
+    dtype = grouped[0].compute_dtype if grouped else None
+    if not grouped or has_gpu() or trains_grouped_natively(dtype):
         return None
-    dtype = grouped[0].compute_dtype
     fix = ("--precision fp32 (or bf16 on CPUs with AVX-512) keeps them on oneDNN's" if onednn_enabled() else
            "TF_ENABLE_ONEDNN_OPTS=1 selects oneDNN's CPU kernels, which have it (fp32, bf16)")
     return (f"{len(grouped)} grouped convolutions: TensorFlow's CPU kernels here have no grouped gradient in {dtype}, "
