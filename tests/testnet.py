@@ -7,6 +7,9 @@ The zoo's own training is test_models.py's.
     testnet_nobn   the same without batch norm: its gradients do not depend on how a batch is split
     testnet_slow   testnet whose training steps take at least 0.1 s, as real ones do: a stop or a kill
                    then lands mid-run (its sleep is a host call, so it cannot be exported or compiled)
+    testnet_grouped
+                   testnet whose second convolution is tfcnn's GroupedConv2D in 4 groups: bench/grouped_conv.py's
+                   smoke run (ResNeXt-50 has 16 such layers, each compiled with XLA on Keras' side)
 
 register() adds them to tfcnn's registry (tests/scripts/ do it in their processes: with_testnet.py before
 any entry point); the `testnet` fixture of conftest.py does it for one test and removes them after, so the
@@ -19,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfcnn.models import registry
+from tfcnn.models.layers import GroupedConv2D
 from tfcnn.models.weights import IMAGENET_MEAN, IMAGENET_STD
 
 layers = tf.keras.layers
@@ -26,9 +30,10 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 WITH_TESTNET = os.path.join(TESTS, "scripts", "with_testnet.py")  # runs an entry point with these models
 TRAIN_PY = [WITH_TESTNET, os.path.join(os.path.dirname(TESTS), "examples", "train.py")]  # after the Python
 FILTERS = (8, 16)
-VARIANTS = {"testnet": dict(batch_norm=True, step_seconds=0.0),
-            "testnet_nobn": dict(batch_norm=False, step_seconds=0.0),
-            "testnet_slow": dict(batch_norm=True, step_seconds=0.1)}
+VARIANTS = {"testnet": dict(batch_norm=True, step_seconds=0.0, groups=1),
+            "testnet_nobn": dict(batch_norm=False, step_seconds=0.0, groups=1),
+            "testnet_slow": dict(batch_norm=True, step_seconds=0.1, groups=1),
+            "testnet_grouped": dict(batch_norm=True, step_seconds=0.0, groups=4)}
 
 
 class SleepWhileTraining(layers.Layer):
@@ -47,12 +52,14 @@ class SleepWhileTraining(layers.Layer):
             return tf.identity(inputs)
 
 
-def testnet(*, num_classes, input_shape, name, batch_norm, step_seconds):
+def testnet(*, num_classes, input_shape, name, batch_norm, step_seconds, groups):
     x = inputs = tf.keras.Input(input_shape, name="images")
     if step_seconds:
         x = SleepWhileTraining(step_seconds, name="sleep")(x)
     for index, filters in enumerate(FILTERS, start=1):
-        x = layers.Conv2D(filters, 3, strides=2, padding="same", use_bias=not batch_norm, name=f"conv{index}")(x)
+        conv = GroupedConv2D if index > 1 and groups > 1 else layers.Conv2D  # the first sees 3 channels
+        x = conv(filters, 3, strides=2, padding="same", use_bias=not batch_norm, name=f"conv{index}",
+                 **({"groups": groups} if conv is GroupedConv2D else {}))(x)
         if batch_norm:
             x = layers.BatchNormalization(epsilon=1e-5, name=f"bn{index}")(x)
         x = layers.ReLU(name=f"relu{index}")(x)
