@@ -69,7 +69,6 @@ def test_without_cuda_home_it_looks_in_usr_local_cuda_and_on_the_path(tmp_path):
 
 
 def test_make_install_stops_before_downloading_the_gpu_stack(tmp_path):
-    venv = tmp_path / "venv"
     done = subprocess.run(["make", "-C", REPO, "--no-print-directory", "install", "HAS_GPU=1", f"VENV={venv}",
                            f"CUDA_HOME={tmp_path / 'none'}"], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
@@ -93,16 +92,15 @@ def test_an_install_the_disk_cannot_hold_stops_before_the_venv(tmp_path):
     """The venv and pip's downloads share tmp_path's filesystem here, so what they need adds up: this
     filesystem's free space is enough for either alone, not for both. make install runs the check before it
     makes the venv (its figures taken as given on its command line here)."""
-    free = _free_mib(tmp_path)
-    fits = _check_space(tmp_path / "venv", 1, 1, tmp_path)
+    free, venv = _free_mib(tmp_path), tmp_path / "venv"
+    fits = _check_space(venv, 1, 1, tmp_path)
     assert fits.returncode == 0 and not fits.stderr, fits.stderr
-    short = _check_space(tmp_path / "venv", free // 2 + 500, free // 2 + 500, tmp_path)
+    short = _check_space(venv, free // 2 + 500, free // 2 + 500, tmp_path)
     assert short.returncode == 1, short.stderr
     assert re.search(rf"{re.escape(str(tmp_path))} has [\d.]+ GiB free, the venv \([\d.]+ GiB\) with pip's "
                      rf"downloads \([\d.]+ GiB\) while it installs needs [\d.]+ GiB", short.stderr), short.stderr
     assert "VENV=DIR" in short.stderr and "TMPDIR=DIR" in short.stderr
 
-    venv = tmp_path / "venv"
     done = subprocess.run(["make", "-C", REPO, "--no-print-directory", "install", f"VENV={venv}",
                            f"INSTALL_SPACE_MIB={free + 1000} 0"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "TMPDIR": str(tmp_path)})

@@ -57,9 +57,10 @@ def testnet(*, num_classes, input_shape, name, batch_norm, step_seconds, groups)
     if step_seconds:
         x = SleepWhileTraining(step_seconds, name="sleep")(x)
     for index, filters in enumerate(FILTERS, start=1):
-        conv = GroupedConv2D if index > 1 and groups > 1 else layers.Conv2D  # the first sees 3 channels
-        x = conv(filters, 3, strides=2, padding="same", use_bias=not batch_norm, name=f"conv{index}",
-                 **({"groups": groups} if conv is GroupedConv2D else {}))(x)
+        layer_groups = groups if index > 1 else 1  # the first sees 3 channels
+        conv = GroupedConv2D if layer_groups > 1 else layers.Conv2D
+        x = conv(filters, 3, strides=2, padding="same", use_bias=not batch_norm, groups=layer_groups,
+                 name=f"conv{index}")(x)
         if batch_norm:
             x = layers.BatchNormalization(epsilon=1e-5, name=f"bn{index}")(x)
         x = layers.ReLU(name=f"relu{index}")(x)
