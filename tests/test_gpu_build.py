@@ -69,6 +69,7 @@ def test_without_cuda_home_it_looks_in_usr_local_cuda_and_on_the_path(tmp_path):
 
 
 def test_make_install_stops_before_downloading_the_gpu_stack(tmp_path):
+    venv = tmp_path / "venv"
     done = subprocess.run(["make", "-C", REPO, "--no-print-directory", "install", "HAS_GPU=1", f"VENV={venv}",
                            f"CUDA_HOME={tmp_path / 'none'}"], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
