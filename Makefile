@@ -122,7 +122,7 @@ $(STAMP): setup.py Makefile $(HOROVOD_PATCHES) patches/build_horovod.sh patches/
 	   echo "tfcnn: $(VENV) holds $$(cat $(VENV)/.tfcnn-lane 2>/dev/null || echo 'another install'), not $(LANE_ID): making it anew"; \
 	   rm -rf $(VENV); fi
 	@# A disk too full for the new venv and pip's downloads is said before the first download.
-	@test -x $(PY) || bash patches/check_space.sh $(VENV) $(INSTALL_SPACE_MIB)
+	@test -x $(PY) || PYTHON=$(PYTHON) bash patches/check_space.sh $(VENV) $(INSTALL_SPACE_MIB)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "$(LANE_ID)" > $(VENV)/.tfcnn-lane
 	$(PIP) install --upgrade "pip>=23" "setuptools>=65,<70" wheel

@@ -4,14 +4,16 @@
 #
 #   patches/check_space.sh VENV VENV_MIB DOWNLOAD_MIB
 #
-# pip keeps all of an install's wheels in its temporary directory ($TMPDIR, else /tmp) until it has unpacked
-# them into the venv, so the install's peak is the venv's size plus the downloads, summed where both are on
-# one filesystem. Without this check a full disk shows as pip's "[Errno 28] No space left on device" after
-# gigabytes of downloads. Exits 1 naming each filesystem that is short, what it has and what it needs.
+# pip keeps all of an install's wheels in its temporary directory until it has unpacked them into the venv, so
+# the install's peak is the venv's size plus the downloads, summed where both are on one filesystem. That
+# directory is Python's tempfile's ($PYTHON's, else python3's): $TMPDIR where a file can be made there, else
+# /tmp, so a TMPDIR that does not exist sends pip's downloads to /tmp, and this check with them. Without this
+# check a full disk shows as pip's "[Errno 28] No space left on device" after gigabytes of downloads. Exits 1
+# naming each filesystem that is short, what it has and what it needs.
 set -euo pipefail
 [ $# -eq 3 ] || { echo "usage: $0 VENV VENV_MIB DOWNLOAD_MIB" >&2; exit 2; }
 venv=$1 venv_mib=$2 download_mib=$3
-tmp=${TMPDIR:-/tmp}
+tmp=$("${PYTHON:-python3}" -c 'import tempfile; print(tempfile.gettempdir())')
 parent=$(dirname "$(realpath -m "$venv")")  # the venv itself does not exist yet
 while [ ! -d "$parent" ]; do parent=$(dirname "$parent"); done
 

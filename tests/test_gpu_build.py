@@ -86,7 +86,7 @@ def _free_mib(path):
 
 def _check_space(venv, venv_mib, download_mib, tmp):
     return subprocess.run(["bash", CHECK_SPACE, str(venv), str(venv_mib), str(download_mib)], capture_output=True,
-                          text=True, env={**os.environ, "TMPDIR": str(tmp)})
+                          text=True, env={**os.environ, "TMPDIR": str(tmp), "PYTHON": sys.executable})
 
 
 def test_an_install_the_disk_cannot_hold_stops_before_the_venv(tmp_path):
@@ -107,6 +107,21 @@ def test_an_install_the_disk_cannot_hold_stops_before_the_venv(tmp_path):
                           env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode != 0 and "tfcnn: not enough disk space to install" in done.stderr, done.stderr
     assert not venv.exists()
+
+
+def test_a_tmpdir_that_does_not_exist_is_checked_where_pip_downloads_instead(tmp_path):
+    """Python's tempfile, which pip takes its temporary directory from, skips a TMPDIR that does not exist
+    (/tmp, then): the check holds that directory's filesystem too, where it failed at the missing one."""
+    missing = tmp_path / "missing"
+    pips = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"], text=True,
+                          capture_output=True, env={**os.environ, "TMPDIR": str(missing)}).stdout.strip()
+    assert pips and pips != str(missing)
+    fits = _check_space(tmp_path / "venv", 1, 1, missing)
+    assert fits.returncode == 0 and not fits.stderr, fits.stderr
+    short = _check_space(tmp_path / "venv", 1, _free_mib(pips) + 1000, missing)
+    held = str(tmp_path) if os.stat(pips).st_dev == os.stat(tmp_path).st_dev else pips  # the downloads' filesystem
+    assert short.returncode == 1 and f"tfcnn: not enough disk space to install: {held} has" in short.stderr, \
+        short.stderr
 
 
 def test_pip_downloads_on_another_filesystem_are_checked_there(tmp_path):
