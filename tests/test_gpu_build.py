@@ -110,8 +110,8 @@ def test_an_install_the_disk_cannot_hold_stops_before_the_venv(tmp_path):
 
 
 def test_a_tmpdir_that_does_not_exist_is_checked_where_pip_downloads_instead(tmp_path):
-    """Python's tempfile, which pip takes its temporary directory from, skips a TMPDIR that does not exist
-    (/tmp, then): the check holds that directory's filesystem too, where it failed at the missing one."""
+    """Python's tempfile, which pip takes its temporary directory from, skips a TMPDIR that does not exist and
+    takes /tmp: the check holds /tmp's filesystem then, where it used to fail at the missing directory."""
     missing = tmp_path / "missing"
     pips = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"], text=True,
                           capture_output=True, env={**os.environ, "TMPDIR": str(missing)}).stdout.strip()
