@@ -34,13 +34,14 @@ def uniform(entropy, low: float, high: float, shape) -> np.ndarray:
     count = int(np.prod(shape))
     values = np.empty(count, np.float32)
     generator = np.random.PCG64(entropy)
+    scale, offset = np.float32((high - low) / 2**24), np.float32(low)
     for start in range(0, count, CHUNK):  # one stream, drawn in order: the same numbers as one draw
         chunk = values[start:start + CHUNK]
         bits = generator.random_raw((len(chunk) + 1) // 2).view(np.uint32)[:len(chunk)]
         bits >>= np.uint32(8)
         chunk[:] = bits  # exact: 24 bits fit a float32's mantissa
-        chunk *= np.float32((high - low) / 2**24)
-        chunk += np.float32(low)
+        chunk *= scale
+        chunk += offset
     return values.reshape(shape)
 
 
