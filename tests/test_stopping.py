@@ -87,6 +87,8 @@ def test_a_preempted_exit_is_75_whatever_stop_signals_follow(monkeypatch):
         raise SystemExit(code)
 
     monkeypatch.setattr(stopping.os, "_exit", leave)
+    # the files of this worker's own functions stay (the time-limit test below sees a stopped run remove its own)
+    monkeypatch.setattr(stopping, "remove_autograph_files", lambda: None)
     before = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
     try:
         with pytest.raises(SystemExit) as exit:
@@ -280,16 +282,21 @@ def test_sigusr1_to_mpiexec_stops_with_status_75(stripes, tmp_path):
 
 def test_time_limit_stops_with_status_75_and_the_rerun_finishes_as_an_uninterrupted_run(stripes, tmp_path):
     """--max_minutes: a plain single-process run stops cleanly at the limit; the same command without it
-    (or with a later limit) resumes and completes, with every variable of a run that was not stopped."""
-    log_dir = tmp_path / "run"
+    (or with a later limit) resumes and completes, with every variable of a run that was not stopped. The
+    stopped process leaves none of TensorFlow's autograph files in its temporary directory (os._exit skips
+    TensorFlow's own removal at exit)."""
+    log_dir, temporary = tmp_path / "run", tmp_path / "tmp"
+    temporary.mkdir()
     args = [sys.executable, *TRAIN_PY, "--model=testnet", f"--data_dir={stripes}", "--image_size=32",
             "--batch_size=8", "--num_iter=6", "--iter_unit=batch", "--warmup_epochs=0", "--display_every=1", "--seed=3",
             f"--log_dir={log_dir}", "--max_minutes=0.0001"]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=REPO)
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env={**os.environ, "TMPDIR": str(temporary)})
     assert done.returncode == PREEMPTED_EXIT_CODE, done.stdout[-2000:] + done.stderr[-2000:]
     stop = _stopped_step(done.stdout)
     assert "the --max_minutes 0.0001 time limit" in done.stdout and stop < 6
     assert checkpoints.latest_checkpoint(str(log_dir)).endswith(f"ckpt-{stop}")
+    assert not list(temporary.glob("__autograph_generated_file*")), sorted(os.listdir(temporary))
     again = subprocess.run(args[:-1], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"done: steps {stop}-6" in again.stdout

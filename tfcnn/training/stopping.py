@@ -97,16 +97,29 @@ class StopRequest:
 def exit_preempted(signals: str) -> None:
     """Exits with PREEMPTED_EXIT_CODE ("resume me") as soon as the stop is done: the stop signals ignored
     from now on (SIGINT excepted: Ctrl-C again still ends the process at once, as a user who insists
-    expects), Horovod shut down, the output flushed, then os._exit. Every rank has waited for the checkpoint
+    expects), Horovod shut down, autograph's temporary files removed, the output flushed, then os._exit. Every rank has waited for the checkpoint
     by then; what Python and TensorFlow would still tear down holds nothing of the run, and a launcher's
     grace period (horovodrun kills its workers after it) could run out on it, turning the 75 into a kill."""
     for name in parse_signals(signals):
         if name != "INT":
             signal.signal(getattr(signal, f"SIG{name}"), signal.SIG_IGN)
     distributed.shutdown()
+    remove_autograph_files()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os._exit(PREEMPTED_EXIT_CODE)
+
+
+def remove_autograph_files() -> None:
+    """Removes this process's autograph files: TensorFlow writes each function it converts to a temporary
+    file and removes it at exit (atexit), which os._exit skips, so each stopped run would leave a few dozen
+    in the temporary directory. They are the files of the modules autograph loaded under that prefix."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("__autograph_generated_file") and getattr(module, "__file__", None):
+            try:
+                os.remove(module.__file__)
+            except OSError:  # gone already (a tmp cleaner): nothing left to do
+                pass
 
 
 class StopAgreement(tf.keras.callbacks.Callback):
