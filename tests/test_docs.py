@@ -107,6 +107,28 @@ def test_readme_is_short_and_keeps_no_diary():
     assert not dates, f"README.md holds dates {dates}: measurement history goes to CHANGELOG.md"
 
 
+def test_readme_setup_figures_are_those_of_their_sources():
+    """The README repeats, in prose, the disk `make install` checks for (the Makefile's INSTALL_SPACE_MIB: the
+    venv and pip's downloads, in MiB) and the measured demo and suite times (docs/performance.md's table)."""
+    def text(name):
+        return open(os.path.join(REPO, name), encoding="utf-8").read()
+
+    readme, table = text("README.md"), text(os.path.join("docs", "performance.md"))
+    gpu, cpu = (sum(map(int, pair.split())) for pair in re.search(
+        r"INSTALL_SPACE_MIB := \$\(if \$\(filter 1,\$\(HAS_GPU\)\),(\d+ \d+),(\d+ \d+)\)", text("Makefile")).groups())
+    said = re.search(r"and ([\d.]+) GiB of disk \(([\d.]+) GiB\s+for the GPU stack", readme)
+    assert said and said.groups() == (f"{cpu / 1024:.1f}", f"{gpu / 1024:.1f}"), (said and said.groups(), cpu, gpu)
+
+    demo, install = re.search(r"`make demo` \| \*\*(\d+:\d\d)\*\*: install (\d+) s", table).groups()
+    said = re.search(r"`make demo` took (\d+:\d\d) \((\d+):(\d\d) of it installing", readme)
+    assert said and (said[1], int(said[2]) * 60 + int(said[3])) == (demo, int(install)), (said and said.groups())
+    suite = re.search(r"^\| `make test`, pytest \| ([^|]+)\|", table, re.M)[1]
+    runs = [run.split("-") for run in re.findall(r"\*\*(\d+:\d\d(?:-\d+:\d\d)?)\*\*", suite)]
+    times = sorted((t for run in runs for t in run), key=lambda t: [int(n) for n in t.split(":")])
+    said = re.search(r"pytest (\d+:\d\d)-(\d+:\d\d) \((\d+) runs\)", readme)
+    assert said and said.groups() == (times[0], times[-1], str(len(times))), (said and said.groups(), times)
+
+
 def test_readme_links_lead_to_files_and_the_site_lists_every_page():
     readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
     for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
