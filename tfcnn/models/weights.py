@@ -83,8 +83,9 @@ def flattened_nchw(layer_names, grid: int):
             rows, out = value.shape
             chw = value.T.reshape(out, rows // grid ** 2, grid ** 2)  # PyTorch's (out, C, H*W)
             hwc = np.empty((grid ** 2, rows // grid ** 2, out), value.dtype)
-            for start in range(0, out, 32):
-                hwc[:, :, start:start + 32] = chw[start:start + 32].transpose(2, 1, 0)
+            block = 32  # output columns per copy: each (h*w, c) row of the result gets 32 adjacent numbers at once
+            for start in range(0, out, block):
+                hwc[:, :, start:start + block] = chw[start:start + block].transpose(2, 1, 0)
             value = hwc.reshape(rows, out)
         return value
     return adapt
