@@ -97,9 +97,10 @@ class StopRequest:
 def exit_preempted(signals: str) -> None:
     """Exits with PREEMPTED_EXIT_CODE ("resume me") as soon as the stop is done: the stop signals ignored
     from now on (SIGINT excepted: Ctrl-C again still ends the process at once, as a user who insists
-    expects), Horovod shut down, autograph's temporary files removed, the output flushed, then os._exit. Every rank has waited for the checkpoint
-    by then; what Python and TensorFlow would still tear down holds nothing of the run, and a launcher's
-    grace period (horovodrun kills its workers after it) could run out on it, turning the 75 into a kill."""
+    expects), Horovod shut down, autograph's temporary files removed, the output flushed, then os._exit.
+    Every rank has waited for the checkpoint by then; what Python and TensorFlow would still tear down holds
+    nothing of the run, and a launcher's grace period (horovodrun kills its workers after it) could run out
+    on it, turning the 75 into a kill."""
     for name in parse_signals(signals):
         if name != "INT":
             signal.signal(getattr(signal, f"SIG{name}"), signal.SIG_IGN)
