@@ -109,7 +109,8 @@ def test_readme_is_short_and_keeps_no_diary():
 
 def test_readme_setup_figures_are_those_of_their_sources():
     """The README repeats, in prose, the disk `make install` checks for (the Makefile's INSTALL_SPACE_MIB: the
-    venv and pip's downloads, in MiB) and the measured demo and suite times (docs/performance.md's table)."""
+    venv and pip's downloads, in MiB) and the measured demo and suite times (docs/performance.md's table);
+    docs/install.md the venvs' and downloads' sizes measured (the Makefile's comment on INSTALL_SPACE_MIB)."""
     def text(name):
         return open(os.path.join(REPO, name), encoding="utf-8").read()
 
@@ -118,6 +119,17 @@ def test_readme_setup_figures_are_those_of_their_sources():
         r"INSTALL_SPACE_MIB := \$\(if \$\(filter 1,\$\(HAS_GPU\)\),(\d+ \d+),(\d+ \d+)\)", text("Makefile")).groups())
     said = re.search(r"and ([\d.]+) GiB of disk \(([\d.]+) GiB\s+for the GPU stack", readme)
     assert said and said.groups() == (f"{cpu / 1024:.1f}", f"{gpu / 1024:.1f}"), (said and said.groups(), cpu, gpu)
+    # docs/install.md gives the sizes measured, in the Makefile's comment on INSTALL_SPACE_MIB, in GiB
+    comments = re.sub(r"\n#\s*", " ", text("Makefile"))  # a comment's lines as one
+    measured = re.search(r"The GPU stack: a ([\d,]+) MiB venv [^;]* and ([\d,]+) MiB of downloads; the CPU one "
+                         r"with both extras: ([\d,]+) and ([\d,]+) MiB", comments)
+    assert measured, "the Makefile's comment on INSTALL_SPACE_MIB no longer gives the sizes measured"
+    gpu_venv, gpu_downloads, cpu_venv, cpu_downloads = (int(n.replace(",", "")) / 1024 for n in measured.groups())
+    said = re.search(r"the CPU venv takes ([\d.]+) GiB \(with both \[extras\]\(#optional-extras\)\), the GPU "
+                     r"stack's ([\d.]+) GiB, and pip\s+needs room for its downloads \(([\d.]+) GiB and ([\d.]+) GiB\)",
+                     text(os.path.join("docs", "install.md")))
+    assert said and said.groups() == (f"{cpu_venv:.1f}", f"{gpu_venv:.1f}", f"{cpu_downloads:.2f}",
+                                      f"{gpu_downloads:.1f}"), (said and said.groups(), measured.groups())
 
     demo, install = re.search(r"`make demo` \| \*\*(\d+:\d\d)\*\*: install (\d+) s", table).groups()
     said = re.search(r"`make demo` took (\d+:\d\d) \((\d+):(\d\d) of it installing", readme)
