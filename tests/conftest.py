@@ -1,4 +1,6 @@
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -21,6 +23,21 @@ def bfloat16_refused_by_an_isa_cap() -> str | None:
     return (f"ONEDNN_MAX_CPU_ISA={cap} on a CPU with AVX-512: TensorFlow sends bfloat16 convolutions to oneDNN by "
             "the CPU's flags and the cap makes oneDNN refuse them (an AVX2-only CPU keeps them from oneDNN: they "
             "pass there)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temporary_directory_of_started_processes():
+    """The processes the tests start keep their temporary files in a directory of this worker's, removed when
+    its session ends. A process a test kills cannot remove its own: TensorFlow's autograph modules (dozens of
+    files a training process) were left in /tmp by every run. A short path: OpenMPI makes its sockets there."""
+    path, before = tempfile.mkdtemp(prefix="tfcnn-"), os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = path
+    yield path
+    if before is None:
+        del os.environ["TMPDIR"]
+    else:
+        os.environ["TMPDIR"] = before
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
