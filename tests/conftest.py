@@ -30,13 +30,10 @@ def temporary_directory_of_started_processes():
     """The processes the tests start keep their temporary files in a directory of this worker's, removed when
     its session ends. A process a test kills cannot remove its own: TensorFlow's autograph modules (dozens of
     files a training process) were left in /tmp by every run. A short path: OpenMPI makes its sockets there."""
-    path, before = tempfile.mkdtemp(prefix="tfcnn-"), os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = path
-    yield path
-    if before is None:
-        del os.environ["TMPDIR"]
-    else:
-        os.environ["TMPDIR"] = before
+    path = tempfile.mkdtemp(prefix="tfcnn-")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", path)
+        yield path
     shutil.rmtree(path, ignore_errors=True)
 
 
