@@ -17,6 +17,11 @@ SOURCES = ["README.md"] + sorted(os.path.join("docs", n) for n in os.listdir(DOC
 RUNS = "<!-- test: runs -->"
 
 
+def read(name):
+    """A file of the repository, by its path from the top."""
+    return open(os.path.join(REPO, name), encoding="utf-8").read()
+
+
 def generator():
     spec = importlib.util.spec_from_file_location("docs_generate", os.path.join(DOCS, "generate.py"))
     module = importlib.util.module_from_spec(spec)
@@ -42,7 +47,7 @@ def runnable_blocks():
     """(file, first line, code) of every ```python block marked `<!-- test: runs -->` on the line before."""
     blocks = []
     for name in SOURCES:
-        lines = open(os.path.join(REPO, name), encoding="utf-8").read().splitlines()
+        lines = read(name).splitlines()
         for i, line in enumerate(lines):
             if line.strip() == RUNS:
                 assert lines[i + 1].strip() == "```python", f"{name}:{i + 1}: {RUNS} must come right before ```python"
@@ -101,7 +106,7 @@ def test_the_readme_and_the_site_mark_snippets_to_run():
 
 
 def test_readme_is_short_and_keeps_no_diary():
-    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    readme = read("README.md")
     assert len(readme.splitlines()) <= 200
     dates = re.findall(r"\b20\d\d-\d\d-\d\d\b", readme)
     assert not dates, f"README.md holds dates {dates}: measurement history goes to CHANGELOG.md"
@@ -111,23 +116,20 @@ def test_readme_setup_figures_are_those_of_their_sources():
     """The README repeats, in prose, the disk `make install` checks for (the Makefile's INSTALL_SPACE_MIB: the
     venv and pip's downloads, in MiB) and the measured demo and suite times (docs/performance.md's table);
     docs/install.md the venvs' and downloads' sizes measured (the Makefile's comment on INSTALL_SPACE_MIB)."""
-    def text(name):
-        return open(os.path.join(REPO, name), encoding="utf-8").read()
-
-    readme, table = text("README.md"), text(os.path.join("docs", "performance.md"))
+    readme, table, makefile = read("README.md"), read(os.path.join("docs", "performance.md")), read("Makefile")
     gpu, cpu = (sum(map(int, pair.split())) for pair in re.search(
-        r"INSTALL_SPACE_MIB := \$\(if \$\(filter 1,\$\(HAS_GPU\)\),(\d+ \d+),(\d+ \d+)\)", text("Makefile")).groups())
+        r"INSTALL_SPACE_MIB := \$\(if \$\(filter 1,\$\(HAS_GPU\)\),(\d+ \d+),(\d+ \d+)\)", makefile).groups())
     said = re.search(r"and ([\d.]+) GiB of disk \(([\d.]+) GiB\s+for the GPU stack", readme)
     assert said and said.groups() == (f"{cpu / 1024:.1f}", f"{gpu / 1024:.1f}"), (said and said.groups(), cpu, gpu)
     # docs/install.md gives the sizes measured, in the Makefile's comment on INSTALL_SPACE_MIB, in GiB
-    comments = re.sub(r"\n#\s*", " ", text("Makefile"))  # a comment's lines as one
+    comments = re.sub(r"\n#\s*", " ", makefile)  # a comment's lines as one
     measured = re.search(r"The GPU stack: a ([\d,]+) MiB venv [^;]* and ([\d,]+) MiB of downloads; the CPU one "
                          r"with both extras: ([\d,]+) and ([\d,]+) MiB", comments)
     assert measured, "the Makefile's comment on INSTALL_SPACE_MIB no longer gives the sizes measured"
     gpu_venv, gpu_downloads, cpu_venv, cpu_downloads = (int(n.replace(",", "")) / 1024 for n in measured.groups())
     said = re.search(r"the CPU venv takes ([\d.]+) GiB \(with both \[extras\]\(#optional-extras\)\), the GPU "
                      r"stack's ([\d.]+) GiB, and pip\s+needs room for its downloads \(([\d.]+) GiB and ([\d.]+) GiB\)",
-                     text(os.path.join("docs", "install.md")))
+                     read(os.path.join("docs", "install.md")))
     assert said and said.groups() == (f"{cpu_venv:.1f}", f"{gpu_venv:.1f}", f"{cpu_downloads:.2f}",
                                       f"{gpu_downloads:.1f}"), (said and said.groups(), measured.groups())
 
@@ -142,11 +144,11 @@ def test_readme_setup_figures_are_those_of_their_sources():
 
 
 def test_readme_links_lead_to_files_and_the_site_lists_every_page():
-    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    readme = read("README.md")
     for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
         if not target.startswith(("http://", "https://")):
             assert os.path.exists(os.path.join(REPO, target)), f"README.md links to {target}, which does not exist"
-    nav = open(os.path.join(REPO, "mkdocs.yml"), encoding="utf-8").read()
+    nav = read("mkdocs.yml")
     pages = {n for n in os.listdir(DOCS) if n.endswith(".md")}
     listed = set(re.findall(r":\s*(\w+\.md)\s*$", nav, flags=re.M))
     assert listed == pages, f"mkdocs.yml's nav and docs/ differ: {sorted(listed ^ pages)}"
