@@ -26,13 +26,18 @@ def bfloat16_refused_by_an_isa_cap() -> str | None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def temporary_directory_of_started_processes():
-    """The processes the tests start keep their temporary files in a directory of this worker's, removed when
-    its session ends. A process a test kills cannot remove its own: TensorFlow's autograph modules (dozens of
-    files a training process) were left in /tmp by every run. A short path: OpenMPI makes its sockets there."""
+def session_temporary_directory(tmp_path_factory):
+    """This worker and the processes its tests start keep their temporary files in a directory of the
+    worker's, removed when its session ends, before the worker exits. A killed process cannot remove its own
+    (TensorFlow's autograph modules, dozens of files a training process, are removed at exit): the tests kill
+    training processes, and pytest-xdist kills a worker that has not exited 10 s after it was told to (a
+    worker's exit took 6-8 s in a run measured). A short path: OpenMPI makes its sockets there. The tests' own
+    tmp_path directories stay under pytest's base directory, which keeps a failed test's files."""
+    tmp_path_factory.getbasetemp()  # fixed before the temporary directory moves
     path = tempfile.mkdtemp(prefix="tfcnn-")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TMPDIR", path)
+        patch.setenv("TMPDIR", path)  # the processes the tests start
+        patch.setattr(tempfile, "tempdir", path)  # this worker's own, which Python read once
         yield path
     shutil.rmtree(path, ignore_errors=True)
 

@@ -31,7 +31,13 @@ from tfcnn.training import make_config, mixing, train
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "recipes")
 FAMILIES = ("ngc", "dle", "dle_mixup")
-SCRATCH = tempfile.TemporaryDirectory(prefix="tfcnn-recipes-")  # the weight files the cached builders read
+
+
+@functools.lru_cache(maxsize=None)
+def scratch():
+    """The weight files the cached builders read, in the session's temporary directory (tests/conftest.py),
+    which is removed when the session ends."""
+    return tempfile.mkdtemp(prefix="recipes-")
 
 
 def fixture(family):
@@ -62,7 +68,7 @@ def initial_weights(family):
     from safetensors.numpy import save_file
 
     setup, _ = fixture(family)
-    path = os.path.join(SCRATCH.name, f"{family}-initial.safetensors")
+    path = os.path.join(scratch(), f"{family}-initial.safetensors")
     save_file(weightgen.state_dict(setup["keys"], setup["seed"], setup["damped"]), path)
     return path
 
@@ -149,7 +155,7 @@ def expected_updates(family, early=False):
     tensors = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith(f"{prefix}update/")}
     tensors.update({k.split("/", 1)[1]: v - start[k.split("/", 1)[1]] for k, v in arrays.items()
                     if k.startswith(f"{prefix}buffer/")})
-    path = os.path.join(SCRATCH.name, f"{family}-expected{'-early' if early else ''}.safetensors")
+    path = os.path.join(scratch(), f"{family}-expected{'-early' if early else ''}.safetensors")
     save_file(tensors, path)
     model = create_model("recipenet", num_classes=setup["classes"], weights=path, log=lambda *_: None)
     return arrays[f"{prefix}losses"], {name: v.numpy() for v, name in reference_names(model)}

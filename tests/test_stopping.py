@@ -304,3 +304,26 @@ def test_time_limit_stops_with_status_75_and_the_rerun_finishes_as_an_uninterrup
                       warmup_epochs=0, display_every=1, seed=3, log_dir=str(tmp_path / "straight")))
     testnet.assert_same_values(testnet.checkpoint_values(checkpoints.latest_checkpoint(str(log_dir))),
                                testnet.checkpoint_values(checkpoints.latest_checkpoint(str(tmp_path / "straight"))))
+
+
+def test_the_tests_temporary_files_are_in_the_sessions_directory(session_temporary_directory):
+    """tests/conftest.py: this worker's autograph files and a started process's temporary directory are the
+    session's, which the session removes before the worker exits, so that neither a training process a test
+    kills nor a worker pytest-xdist kills while it exits leaves files in the system's temporary directory."""
+    def autograph_files():
+        return {module.__file__ for name, module in list(sys.modules.items())
+                if name.startswith("__autograph_generated_file")}
+
+    @tf.function
+    def magnitude(x):
+        if x < 0:  # a tensor's condition: autograph converts the function, writing its module to a file
+            return -x
+        return x
+
+    before = autograph_files()
+    assert float(magnitude(tf.constant(-2.0))) == 2.0
+    written = autograph_files() - before
+    assert written and {os.path.dirname(path) for path in written} == {session_temporary_directory}, written
+    child = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"],
+                           capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == session_temporary_directory
