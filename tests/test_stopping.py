@@ -16,7 +16,7 @@ import tensorflow as tf
 from tfcnn import checkpoints
 from tfcnn.data import pipeline
 from tfcnn.training import make_config, train
-from tfcnn.training.stopping import PREEMPTED_EXIT_CODE, StopRequest
+from tfcnn.training.stopping import PREEMPTED_EXIT_CODE, StopRequest, autograph_files
 
 import testnet
 from testnet import TRAIN_PY
@@ -310,10 +310,6 @@ def test_the_tests_temporary_files_are_in_the_sessions_directory(session_tempora
     """tests/conftest.py: this worker's autograph files and a started process's temporary directory are the
     session's, which the session removes before the worker exits, so that neither a training process a test
     kills nor a worker pytest-xdist kills while it exits leaves files in the system's temporary directory."""
-    def autograph_files():
-        return {module.__file__ for name, module in list(sys.modules.items())
-                if name.startswith("__autograph_generated_file")}
-
     @tf.function
     def magnitude(x):
         if x < 0:  # a tensor's condition: autograph converts the function, writing its module to a file

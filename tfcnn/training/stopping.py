@@ -111,16 +111,21 @@ def exit_preempted(signals: str) -> None:
     os._exit(PREEMPTED_EXIT_CODE)
 
 
+def autograph_files() -> set[str]:
+    """This process's autograph files: TensorFlow writes each function it converts to a temporary file, the
+    file of a module it loads under that prefix, and removes it at exit (atexit)."""
+    return {module.__file__ for name, module in list(sys.modules.items())
+            if name.startswith("__autograph_generated_file") and getattr(module, "__file__", None)}
+
+
 def remove_autograph_files() -> None:
-    """Removes this process's autograph files: TensorFlow writes each function it converts to a temporary
-    file and removes it at exit (atexit), which os._exit skips, so each stopped run would leave a few dozen
-    in the temporary directory. They are the files of the modules autograph loaded under that prefix."""
-    for name, module in list(sys.modules.items()):
-        if name.startswith("__autograph_generated_file") and getattr(module, "__file__", None):
-            try:
-                os.remove(module.__file__)
-            except OSError:  # gone already (a tmp cleaner): nothing left to do
-                pass
+    """Removes this process's autograph files, which os._exit would leave (a few dozen a stopped run) in the
+    temporary directory."""
+    for path in autograph_files():
+        try:
+            os.remove(path)
+        except OSError:  # gone already (a tmp cleaner): nothing left to do
+            pass
 
 
 class StopAgreement(tf.keras.callbacks.Callback):
