@@ -292,7 +292,8 @@ def build_tfrecords(output_dir: str, train_dir: str | None = None, validation_di
     metadata.update({"format": 1, "num_classes": len(classes), "options": options})
     metadata.setdefault("splits", {})
     num_workers = num_workers or os.cpu_count() or 1
-    log(f"{len(classes)} classes; resize {spec}, JPEG quality {quality}, {num_workers} worker processes")
+    converters = "converting in this process" if num_workers == 1 else f"{num_workers} worker processes"
+    log(f"{len(classes)} classes; resize {spec}, JPEG quality {quality}, {converters}")
     with contextlib.ExitStack() as stack:
         pools = []
 
@@ -357,7 +358,7 @@ def _build_split(output_dir, split, shards, spec, quality, num_workers, pool, me
         else:
             todo.append((name, items))
     total_images = sum(len(items) for _, items in shards)
-    log(f"{split}: {total_images:,} images into {len(shards)} shards "
+    log(f"{split}: {total_images:,} images into {len(shards)} shard{'s' * (len(shards) != 1)} "
         f"({len(shards) - len(todo)} already complete)")
     progress = _Progress(split, total_images, total_images - sum(len(items) for _, items in todo), log)
     shard_sizes = {name: len(items) for name, items in shards}

@@ -10,7 +10,7 @@ import io
 import re
 import xml.etree.ElementTree as ET
 
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 _RESIZE_RE = re.compile(r"^(?:(none)|shorter:(\d+)|stretch:(\d+)x(\d+))$")
 
@@ -70,7 +70,7 @@ def convert_image(data: bytes, resize: ResizeSpec, quality: int) -> ConvertedIma
     """Decodes `data` fully (so a truncated or corrupt file raises here, not at training time), and
     returns an RGB JPEG of the target size. An RGB JPEG that needs no resize keeps its original bytes:
     re-encoding would only lose quality."""
-    with Image.open(io.BytesIO(data)) as image:
+    with _open(data) as image:
         source_format, source_mode, source_size = image.format or "unknown", image.mode, image.size
         target = resize.target_size(*source_size)
         if source_format == "JPEG" and target != source_size:
@@ -85,6 +85,15 @@ def convert_image(data: bytes, resize: ResizeSpec, quality: int) -> ConvertedIma
         out = io.BytesIO()
         rgb.save(out, "JPEG", quality=quality)
         return ConvertedImage(out.getvalue(), target[0], target[1], source_format, source_mode, reencoded=True)
+
+
+def _open(data: bytes) -> Image.Image:
+    try:
+        return Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        # Pillow's own message names only the address of the in-memory buffer; the converter's report names the file
+        raise UnidentifiedImageError(
+            f"not an image format Pillow reads ({len(data):,} bytes, starting {data[:8]!r})") from None
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:

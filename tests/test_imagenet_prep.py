@@ -108,6 +108,13 @@ def test_truncated_jpeg_raises():
         convert_image(out.getvalue()[:600], ResizeSpec("none"), 90)
 
 
+def test_a_file_that_is_no_image_is_named_by_its_bytes():
+    """Pillow's message names only its in-memory buffer (`<_io.BytesIO object at 0x...>`): the build's report of a
+    skipped file gives what the bytes were instead."""
+    with pytest.raises(OSError, match=r"not an image format Pillow reads \(10 bytes, starting b'notanima'\)$"):
+        convert_image(b"notanimage", ResizeSpec("none"), 90)
+
+
 def test_bbox_xml_is_normalized_clipped_and_ordered(tmp_path):
     path = tmp_path / "a.xml"
     path.write_text("<annotation><size><width>200</width><height>100</height></size><object><bndbox>"
@@ -211,7 +218,9 @@ def test_interrupted_build_resumes_to_identical_shards(built, raw_tree, tmp_path
 
 
 def test_validation_in_class_folders_and_own_dataset(tmp_path):
-    """Any class-per-folder dataset: labels from sorted folder names, classes text defaults to the name."""
+    """Any class-per-folder dataset: labels from sorted folder names, classes text defaults to the name; the
+    plan's report counts its shards in words that fit the number."""
+    logged = []
     for split, n in (("train", 3), ("val", 2)):
         for cls in ("zebra", "apple"):
             (tmp_path / split / cls).mkdir(parents=True)
@@ -219,7 +228,10 @@ def test_validation_in_class_folders_and_own_dataset(tmp_path):
                 Image.new("RGB", (40, 30), (i * 40, 80, 20)).save(tmp_path / split / cls / f"{i}.jpg")
     summary = bt.build_tfrecords(str(tmp_path / "out"), str(tmp_path / "train"), str(tmp_path / "val"),
                                  train_shards=2, validation_shards=1, resize="none", num_workers=1,
-                                 log=lambda *_: None)
+                                 log=logged.append)
+    assert {"2 classes; resize none, JPEG quality 90, converting in this process",
+            "train: 6 images into 2 shards (0 already complete)",
+            "validation: 4 images into 1 shard (0 already complete)"} <= set(logged), logged
     assert records.read_labels(str(tmp_path / "out")) == [("apple", "apple"), ("zebra", "zebra")]
     rows = read_shards(tmp_path / "out", "validation")
     assert sorted((r["synset"], r["label"]) for r in rows) == [("apple", 1)] * 2 + [("zebra", 2)] * 2
