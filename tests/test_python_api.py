@@ -199,7 +199,9 @@ def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y[:-1])), "y must be .* matching x's 16 images"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), num_classes=1, batch_size=8),
      "label 1 .* num_classes 1"),
-    (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), batch_size=32), "cannot fill one global batch"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), batch_size=32),
+     r"16 training images cannot fill one global batch of 32 \(--batch_size 32 x 1 ranks\): pass a --batch_size "
+     r"of at most 16$"),
     (lambda x, y: tfcnn.train(model="testnet", val_data=(x, y)), "val_data needs train_data"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=[x]), r"pass \(x, y\) arrays"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), bogus=1), "unknown training option 'bogus'"),
