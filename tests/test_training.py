@@ -1,4 +1,5 @@
 """Training: schedules, optimizers, learning, resume, export, bad input, and real multi-process runs."""
+import importlib.util
 import json
 import os
 import re
@@ -215,7 +216,7 @@ def test_weight_average_follows_the_weights_after_a_warmup():
 # ------------------------------------------------------------------------------- single process
 
 @pytest.mark.slow
-def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path):
+def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path, capsys):
     tf.keras.utils.set_random_seed(0)
     log_dir, export_dir = tmp_path / "run", tmp_path / "export"
     summary = train(make_config(**{**TINY, "batch_size": 16, "lr": 1.0, "display_every": 12}, data_dir=stripes,
@@ -255,6 +256,27 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path):
 
     exported = tfcnn.evaluate(str(export_dir), data_dir=stripes, batch_size=16)
     assert (exported.count, exported.top1) == (48, summary["validation"]["top1"])
+    # python -m tfcnn.export of the run without --data_dir: the class names of the dataset the run recorded
+    logged = []
+    tfcnn.export(str(log_dir), str(tmp_path / "export_again"), log=logged.append)
+    assert (tmp_path / "export_again" / "labels.txt").read_text() == (export_dir / "labels.txt").read_text()
+    assert f"tfcnn.export: class names from {os.path.join(stripes, 'labels.txt')} (the run's data_dir)" in logged
+    # examples/classify.py: a JPEG classified with the class names; a file that is no image and a damaged JPEG
+    # named, the status 1; a missing file refused before the model loads
+    spec = importlib.util.spec_from_file_location("classify", os.path.join(REPO, "examples", "classify.py"))
+    classify = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(classify)
+    jpeg, text, damaged = tmp_path / "stripes.jpg", tmp_path / "notes.jpg", tmp_path / "damaged.jpg"
+    jpeg.write_bytes(data), text.write_text("not an image"), damaged.write_bytes(data[:len(data) // 3])
+    capsys.readouterr()  # the training's own output
+    assert classify.main(["--saved_model", str(export_dir), str(jpeg), str(text), str(damaged)]) == 1
+    shown = capsys.readouterr()
+    assert re.fullmatch(rf"{jpeg}: [hv]stripes \d+\.\d%, [hv]stripes \d+\.\d%\n", shown.out), shown.out
+    assert shown.err.splitlines() == [f"{text}: not a JPEG, PNG, GIF, BMP or WebP file",
+                                      f"{damaged}: a damaged image: TensorFlow's decoder failed on it"]
+    with pytest.raises(SystemExit) as refused:
+        classify.main(["--saved_model", str(export_dir), str(tmp_path / "missing.jpg")])
+    assert refused.value.code == 2 and f"no such file: {tmp_path / 'missing.jpg'}" in capsys.readouterr().err
 
 
 def test_the_weight_average_is_what_checkpoints_evaluate_and_export(stripes, tmp_path):

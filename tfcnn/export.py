@@ -41,7 +41,8 @@ def export(source, output_dir: str, *, format: str = "saved_model", model: str |
            num_classes: int | None = None, log=print) -> str:
     """Writes the export of `source` (a path, zoo model or RunResult: tfcnn.sources; for format 'onnx' also a
     tfcnn SavedModel export) to output_dir, which appears only when complete; returns its path.
-    format: saved_model or onnx. data_dir: the dataset whose labels.txt goes beside the export, and whose
+    format: saved_model or onnx. data_dir: the dataset whose labels.txt goes beside the export (default, for a
+    training log directory or its RunResult: the run's own data_dir, where its labels.txt still is), and whose
     train shards int8 calibrates on (calibration_images of them, for int8_target tensorrt or cpu)."""
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, received: {format!r}")
@@ -66,11 +67,33 @@ def export(source, output_dir: str, *, format: str = "saved_model", model: str |
         network = sources.load_model(source, model=model, image_size=image_size, crop_fraction=crop_fraction,
                                      interpolation=interpolation, eval_crop=eval_crop, num_classes=num_classes,
                                      log=log)
+    if data_dir is None:
+        data_dir = _run_data_dir(source, log)
     if format == "saved_model":
         from tfcnn.training.export import export_saved_model
 
         return export_saved_model(network, output_dir, data_dir)
     return onnx_export.export_onnx(network, output_dir, data_dir, calibration_images if int8 else 0, int8_target, log)
+
+
+def _run_data_dir(source, log) -> str | None:
+    """The dataset a training log directory's run read (its config.json's data_dir), if its labels.txt is still
+    there: the class names go beside the export of a run without being named again."""
+    log_dir = getattr(source, "log_dir", source)  # a RunResult's, or the path
+    if not isinstance(log_dir, (str, os.PathLike)) or not os.path.isdir(log_dir):
+        return None
+    from tfcnn.data import records
+    from tfcnn.training.plan import previous_config
+
+    data_dir = (previous_config(os.fspath(log_dir)) or {}).get("data_dir")
+    if not data_dir:
+        return None  # trained on arrays in memory, or not a training log directory
+    if records.read_labels(data_dir) is None:
+        log(f"tfcnn.export: no labels.txt beside the export: the run's data_dir {data_dir} has none "
+            f"(pass the dataset's directory, --data_dir, for class names)")
+        return None
+    log(f"tfcnn.export: class names from {os.path.join(data_dir, records.LABELS_FILE)} (the run's data_dir)")
+    return data_dir
 
 
 def parse_args(argv=None):
@@ -80,8 +103,8 @@ def parse_args(argv=None):
     parser.add_argument("--format", choices=FORMATS, default="saved_model")
     add_weight_sources(parser, "a tfcnn SavedModel export, to convert to --format onnx")
     parser.add_argument("--model", help="model name (default: what the checkpoint records)")
-    parser.add_argument("--data_dir", help="the dataset's directory: labels.txt, and the train shards --int8 "
-                                           "calibrates on")
+    parser.add_argument("--data_dir", help="the dataset's directory: labels.txt (default: the --log_dir run's "
+                                           "own), and the train shards --int8 calibrates on")
     parser.add_argument("--int8", action="store_true", help="with --format onnx: also write model.int8.onnx")
     parser.add_argument("--int8_target", choices=INT8_TARGETS, default=INT8_TARGETS[0],
                         help="tensorrt: symmetric int8 activations (TensorRT's explicit quantization); cpu: "
