@@ -93,7 +93,7 @@ def make_plan(config: TrainConfig, train_records: int | None = None) -> Plan:
         raise ValueError("--elastic needs --iter_unit epoch: how many images a batch is depends on the world size")
     if steps_per_epoch < 1:
         accumulated = f" x {config.grad_accum_steps} accumulated" if config.grad_accum_steps > 1 else ""
-        fits = records // (config.grad_accum_steps * distributed.size())  # the largest batch_size that would
+        fits = records // (config.grad_accum_steps * distributed.size())  # the largest batch_size that fills one
         way_out = f"pass a --batch_size of at most {fits}" if fits else "use fewer ranks or accumulation steps"
         raise ValueError(f"{records} training images cannot fill one global batch of {global_batch} "
                          f"(--batch_size {config.batch_size}{accumulated} x {distributed.size()} ranks): {way_out}")
