@@ -260,7 +260,7 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path, capsys
     logged = []
     tfcnn.export(str(log_dir), str(tmp_path / "export_again"), log=logged.append)
     assert (tmp_path / "export_again" / "labels.txt").read_text() == (export_dir / "labels.txt").read_text()
-    assert f"tfcnn.export: class names from {os.path.join(stripes, 'labels.txt')} (the run's data_dir)" in logged
+    assert f"tfcnn.export: class names from {os.path.join(stripes, 'labels.txt')}" in logged
     # examples/classify.py: a JPEG classified with the class names; a file that is no image and a damaged JPEG
     # named, the status 1; a missing file refused before the model loads
     spec = importlib.util.spec_from_file_location("classify", os.path.join(REPO, "examples", "classify.py"))
@@ -277,6 +277,25 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path, capsys
     with pytest.raises(SystemExit) as refused:
         classify.main(["--saved_model", str(export_dir), str(tmp_path / "missing.jpg")])
     assert refused.value.code == 2 and f"no such file: {tmp_path / 'missing.jpg'}" in capsys.readouterr().err
+
+
+def test_an_export_says_which_labels_named_its_classes_or_why_none_did(tmp_path):
+    """labels.txt goes beside an export only when it names one class per output: another dataset's is left
+    out, and the export says so rather than leaving the user to wonder why classify.py prints numbers."""
+    from tfcnn.training.export import write_export_info
+
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    (dataset / "labels.txt").write_text("n01\tcat\nn02\tdog\nn03\tfox\n")
+    for classes, expected in ((3, f"class names from {dataset / 'labels.txt'}"),
+                              (2, f"no labels.txt beside the export: {dataset / 'labels.txt'} names 3 classes, "
+                                  f"the model has 2")):
+        export, logged = tmp_path / f"export{classes}", []
+        export.mkdir()
+        write_export_info(str(export), {"num_classes": classes}, str(dataset), logged.append)
+        assert logged == [f"tfcnn.export: {expected}"]
+        assert (export / "labels.txt").exists() == (classes == 3)
+        assert json.loads((export / "tfcnn.json").read_text()) == {"num_classes": classes}
 
 
 def test_the_weight_average_is_what_checkpoints_evaluate_and_export(stripes, tmp_path):

@@ -72,13 +72,13 @@ def export(source, output_dir: str, *, format: str = "saved_model", model: str |
     if format == "saved_model":
         from tfcnn.training.export import export_saved_model
 
-        return export_saved_model(network, output_dir, data_dir)
+        return export_saved_model(network, output_dir, data_dir, log)
     return onnx_export.export_onnx(network, output_dir, data_dir, calibration_images if int8 else 0, int8_target, log)
 
 
 def _run_data_dir(source, log) -> str | None:
     """The dataset a training log directory's run read (its config.json's data_dir), if its labels.txt is still
-    there: the class names go beside the export of a run without being named again."""
+    there: the class names go beside the export of a run without being named again (the export says so)."""
     log_dir = getattr(source, "log_dir", source)  # a RunResult's, or the path
     if not isinstance(log_dir, (str, os.PathLike)) or not os.path.isdir(log_dir):
         return None
@@ -92,7 +92,6 @@ def _run_data_dir(source, log) -> str | None:
         log(f"tfcnn.export: no labels.txt beside the export: the run's data_dir {data_dir} has none "
             f"(pass the dataset's directory, --data_dir, for class names)")
         return None
-    log(f"tfcnn.export: class names from {os.path.join(data_dir, records.LABELS_FILE)} (the run's data_dir)")
     return data_dir
 
 

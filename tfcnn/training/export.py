@@ -96,11 +96,18 @@ def export_info(module: ServingModule) -> dict:
             "data_config": module.data.to_dict(), "options": dict(model.build_options)}
 
 
-def write_export_info(directory: str, info: dict, data_dir: str | None = None) -> None:
-    """tfcnn.json (`info`) and, when data_dir's labels.txt has one line per class, labels.txt."""
+def write_export_info(directory: str, info: dict, data_dir: str | None = None, log=None) -> None:
+    """tfcnn.json (`info`) and, when data_dir's labels.txt has one line per class, labels.txt. log (when given)
+    is told which labels.txt gave the class names, or why it gave none."""
     labels = records.read_labels(data_dir) if data_dir else None
+    source = os.path.join(data_dir, records.LABELS_FILE) if data_dir else None
     if labels and len(labels) == info["num_classes"]:
         records.write_labels(directory, labels)
+        if log:
+            log(f"tfcnn.export: class names from {source}")
+    elif labels and log:
+        log(f"tfcnn.export: no labels.txt beside the export: {source} names {len(labels)} classes, the model has "
+            f"{info['num_classes']}")
     with open(os.path.join(directory, EXPORT_INFO_FILE), "w") as f:
         json.dump(info, f, indent=1)
 
@@ -121,13 +128,14 @@ def staged_directory(final_dir: str):
     replace_directory(tmp, final_dir)
 
 
-def export_saved_model(model: tf.keras.Model, export_dir: str, data_dir: str | None = None) -> str:
+def export_saved_model(model: tf.keras.Model, export_dir: str, data_dir: str | None = None, log=None) -> str:
     """Writes the SavedModel of a zoo model (weights copied into a float32 twin built with the same
-    options) to export_dir, fed as `model.data_config` says. labels.txt comes from data_dir's."""
+    options) to export_dir, fed as `model.data_config` says. labels.txt comes from data_dir's (log: see
+    write_export_info)."""
     module = serving_module(model)
     with staged_directory(export_dir) as tmp:
         signatures = {"serving_default": module.images_function().get_concrete_function(),
                       "classify_encoded": module.encoded_function().get_concrete_function()}
         tf.saved_model.save(module, tmp, signatures=signatures)
-        write_export_info(tmp, export_info(module), data_dir)
+        write_export_info(tmp, export_info(module), data_dir, log)
     return os.path.abspath(export_dir)
