@@ -225,10 +225,14 @@ def test_python_m_tfcnn_train_works_outside_the_source_tree(tmp_path):
         script = os.path.join(os.path.dirname(sys.executable), tool)
         shown = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
         assert shown.returncode == 0 and "--" in shown.stdout, (tool, shown.stderr[-2000:])
-    located = subprocess.run([sys.executable, "-c", "import tfcnn, sys; print(tfcnn.__file__); "
-                              "print('tensorflow' in sys.modules)"], capture_output=True, text=True, cwd=tmp_path,
-                             env=env)
-    assert located.stdout.splitlines()[1] == "False"  # importing tfcnn loads no TensorFlow
+    located = subprocess.run([sys.executable, "-c", "import gc, sys, tfcnn; print(tfcnn.__file__); "
+                              "print('tensorflow' in sys.modules, gc.get_freeze_count()); import tensorflow; "
+                              "print(gc.get_freeze_count(), len(gc.get_objects()))"],
+                             capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert located.stdout.splitlines()[1] == "False 0", located.stderr  # importing tfcnn loads no TensorFlow
+    # then importing TensorFlow leaves its objects out of garbage collection (tfcnn/__init__.py: its exit's cost)
+    frozen, tracked = map(int, located.stdout.splitlines()[2].split())
+    assert frozen > 100_000 and tracked < frozen / 100, located.stdout
 
 
 # Every command line but `python -m tfcnn.models` (the zoo's table is the zoo, which needs TensorFlow) and

@@ -10,7 +10,10 @@
 train, evaluate, export and convert are the modules of the same names (`python -m tfcnn.train`, ...);
 each module is callable as its function. Importing tfcnn loads no TensorFlow: each loads on first use.
 """
+import gc
 import importlib
+import importlib.abc
+import importlib.util
 import os
 import sys
 import types
@@ -18,6 +21,34 @@ import types
 # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown out the tools' own output; a user's own
 # TF_CPP_MIN_LOG_LEVEL still wins.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+
+class _FreezeOnImport(importlib.abc.MetaPathFinder):
+    """Once `tensorflow` has been imported, moves every object there is into the garbage collector's permanent
+    generation (gc.freeze). TensorFlow's 270,000 module-level objects live as long as the process and are never
+    garbage (a collection right after its import finds none), yet CPython's collections at exit traverse them
+    all: 0.85 of the 1.0 CPU-s a tfcnn process took to exit (2-core EPYC), 0.15 frozen. Objects made later
+    are collected as before."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow" or self not in sys.meta_path:
+            return None
+        sys.meta_path.remove(self)  # the import below finds TensorFlow's own spec
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            execute = spec.loader.exec_module
+
+            def exec_module(module):
+                execute(module)
+                gc.freeze()
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+if "tensorflow" in sys.modules:
+    gc.freeze()
+else:
+    sys.meta_path.insert(0, _FreezeOnImport())
 
 __version__ = "0.1.0"
 __all__ = ["convert", "create_model", "evaluate", "export", "list_models", "model_info", "train"]
