@@ -268,7 +268,8 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path, capsys
     spec.loader.exec_module(classify)
     jpeg, text, damaged = tmp_path / "stripes.jpg", tmp_path / "notes.jpg", tmp_path / "damaged.jpg"
     jpeg.write_bytes(data), text.write_text("not an image"), damaged.write_bytes(data[:len(data) // 3])
-    capsys.readouterr()  # the training's own output
+    trained = capsys.readouterr().out  # the training's own output: its export says where the class names came from
+    assert f"tfcnn.export: class names from {os.path.join(stripes, 'labels.txt')}\n" in trained
     assert classify.main(["--saved_model", str(export_dir), str(jpeg), str(text), str(damaged)]) == 1
     shown = capsys.readouterr()
     assert re.fullmatch(rf"{jpeg}: [hv]stripes \d+\.\d%, [hv]stripes \d+\.\d%\n", shown.out), shown.out

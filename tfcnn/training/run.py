@@ -97,7 +97,7 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
         if config.export_dir and chief:
             from tfcnn.training.export import export_saved_model
 
-            summary["saved_model"] = export_saved_model(model, config.export_dir, config.data_dir)
+            summary["saved_model"] = export_saved_model(model, config.export_dir, config.data_dir, log)
         if config.predict and chief and validator is None:
             summary["validation"] = predict(trainer, plan)
     if validator is not None:  # every rank counts its share (the last step's validation, when it made one)
