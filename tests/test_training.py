@@ -297,6 +297,10 @@ def test_an_export_says_which_labels_named_its_classes_or_why_none_did(tmp_path)
         assert logged == [f"tfcnn.export: {expected}"]
         assert (export / "labels.txt").exists() == (classes == 3)
         assert json.loads((export / "tfcnn.json").read_text()) == {"num_classes": classes}
+    # a dataset without one (records alone): said too
+    logged = []
+    write_export_info(str(export), {"num_classes": 2}, str(tmp_path), logged.append)
+    assert logged == [f"tfcnn.export: no labels.txt beside the export: {tmp_path} has none"]
 
 
 def test_the_weight_average_is_what_checkpoints_evaluate_and_export(stripes, tmp_path):

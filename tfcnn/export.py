@@ -68,7 +68,7 @@ def export(source, output_dir: str, *, format: str = "saved_model", model: str |
                                      interpolation=interpolation, eval_crop=eval_crop, num_classes=num_classes,
                                      log=log)
     if data_dir is None:
-        data_dir = _run_data_dir(source, log)
+        data_dir = _run_data_dir(source)
     if format == "saved_model":
         from tfcnn.training.export import export_saved_model
 
@@ -76,23 +76,15 @@ def export(source, output_dir: str, *, format: str = "saved_model", model: str |
     return onnx_export.export_onnx(network, output_dir, data_dir, calibration_images if int8 else 0, int8_target, log)
 
 
-def _run_data_dir(source, log) -> str | None:
-    """The dataset a training log directory's run read (its config.json's data_dir), if its labels.txt is still
-    there: the class names go beside the export of a run without being named again (the export says so)."""
+def _run_data_dir(source) -> str | None:
+    """The dataset a training log directory's run read (its config.json's data_dir): its labels.txt goes beside
+    the export of a run without being named again (the export says whether it did)."""
     log_dir = getattr(source, "log_dir", source)  # a RunResult's, or the path
     if not isinstance(log_dir, (str, os.PathLike)) or not os.path.isdir(log_dir):
         return None
-    from tfcnn.data import records
     from tfcnn.training.plan import previous_config
 
-    data_dir = (previous_config(os.fspath(log_dir)) or {}).get("data_dir")
-    if not data_dir:
-        return None  # trained on arrays in memory, or not a training log directory
-    if records.read_labels(data_dir) is None:
-        log(f"tfcnn.export: no labels.txt beside the export: the run's data_dir {data_dir} has none "
-            f"(pass the dataset's directory, --data_dir, for class names)")
-        return None
-    return data_dir
+    return (previous_config(os.fspath(log_dir)) or {}).get("data_dir")  # None: trained on arrays in memory
 
 
 def parse_args(argv=None):

@@ -96,18 +96,19 @@ def export_info(module: ServingModule) -> dict:
             "data_config": module.data.to_dict(), "options": dict(model.build_options)}
 
 
-def write_export_info(directory: str, info: dict, data_dir: str | None = None, log=None) -> None:
-    """tfcnn.json (`info`) and, when data_dir's labels.txt has one line per class, labels.txt. log (when given)
-    is told which labels.txt gave the class names, or why it gave none."""
-    labels = records.read_labels(data_dir) if data_dir else None
-    source = os.path.join(data_dir, records.LABELS_FILE) if data_dir else None
-    if labels and len(labels) == info["num_classes"]:
-        records.write_labels(directory, labels)
-        if log:
+def write_export_info(directory: str, info: dict, data_dir: str | None = None, log=lambda _: None) -> None:
+    """tfcnn.json (`info`) and, when data_dir's labels.txt has one line per class, labels.txt. log is told which
+    labels.txt gave the class names, or why data_dir gave none."""
+    if data_dir:
+        labels, source = records.read_labels(data_dir), os.path.join(data_dir, records.LABELS_FILE)
+        if labels is None:
+            log(f"tfcnn.export: no labels.txt beside the export: {data_dir} has none")
+        elif len(labels) != info["num_classes"]:
+            log(f"tfcnn.export: no labels.txt beside the export: {source} names {len(labels)} classes, the model "
+                f"has {info['num_classes']}")
+        else:
+            records.write_labels(directory, labels)
             log(f"tfcnn.export: class names from {source}")
-    elif labels and log:
-        log(f"tfcnn.export: no labels.txt beside the export: {source} names {len(labels)} classes, the model has "
-            f"{info['num_classes']}")
     with open(os.path.join(directory, EXPORT_INFO_FILE), "w") as f:
         json.dump(info, f, indent=1)
 
@@ -128,7 +129,8 @@ def staged_directory(final_dir: str):
     replace_directory(tmp, final_dir)
 
 
-def export_saved_model(model: tf.keras.Model, export_dir: str, data_dir: str | None = None, log=None) -> str:
+def export_saved_model(model: tf.keras.Model, export_dir: str, data_dir: str | None = None,
+                       log=lambda _: None) -> str:
     """Writes the SavedModel of a zoo model (weights copied into a float32 twin built with the same
     options) to export_dir, fed as `model.data_config` says. labels.txt comes from data_dir's (log: see
     write_export_info)."""
