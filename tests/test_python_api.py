@@ -159,16 +159,33 @@ def test_resuming_in_memory_training_continues_bit_exactly(testnet, tmp_path):
     assert any(not np.array_equal(a.numpy(), b.numpy()) for a, b in zip(whole.model.weights, other.model.weights))
 
 
-def test_a_callback_that_stops_the_run_gives_status_stopped(testnet):
-    class StopAtThree(tf.keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            if batch == 2:
-                self.model.stop_training = True
+def test_callbacks_see_the_runs_epochs_and_a_callbacks_stop_keeps_its_step(testnet, tmp_path, capsys):
+    """Keras callbacks are told of the run's epochs (tfcnn's fit() is one Keras epoch), with the epoch's training
+    and validation metrics, so EarlyStopping ends a run at an epoch's end; a callback that stops the run within
+    an epoch gets status 'stopped' and the checkpoint of the step it stopped after."""
+    x, y = stripe_arrays(64, seed=4)  # batch 8: 8 steps an epoch
+    epochs = []
+    record = tf.keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: epochs.append(epoch),
+                                               on_epoch_end=lambda epoch, logs: epochs.append((epoch, sorted(logs))))
+    # a top-1 gain of 2 cannot be: the second epoch's validation ends the run
+    early = tf.keras.callbacks.EarlyStopping(monitor="val_top1", mode="max", min_delta=2.0, patience=0)
+    options = dict(model="testnet", train_data=(x, y), batch_size=8, num_iter=4, warmup_epochs=0, display_every=100)
+    result = tfcnn.train(val_data=(x[:16], y[:16]), callbacks=[record, early], **options)
+    assert (result.status, result.step, result.total_steps) == ("stopped", 16, 32)
+    scored = ["loss", "top1", "val_top1", "val_top5"]
+    assert epochs == [0, (0, scored), 1, (1, scored)]
 
-    x, y = stripe_arrays(64, seed=4)
-    result = tfcnn.train(model="testnet", train_data=(x, y), batch_size=8, num_iter=2, warmup_epochs=0,
-                         callbacks=[StopAtThree()])
-    assert (result.status, result.step, result.total_steps) == ("stopped", 3, 16)
+    class StopAtEleven(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            self.model.stop_training = batch == 10
+
+    epochs.clear()
+    capsys.readouterr()
+    result = tfcnn.train(log_dir=str(tmp_path), callbacks=[StopAtEleven(), record], **options)
+    assert (result.status, result.step, result.total_steps) == ("stopped", 11, 32)
+    assert epochs == [0, (0, ["loss", "top1"]), 1, (1, ["loss", "top1"])]  # the second ends with the run
+    assert result.checkpoint.endswith("ckpt-11")  # nothing trained is lost
+    assert "done: steps 0-11 of 32 in " in capsys.readouterr().out
 
 
 def test_datasets_of_any_image_size_and_prepared_arrays(testnet):

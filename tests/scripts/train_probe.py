@@ -67,22 +67,17 @@ def inject_inf(rank, step):
 
 
 def slow_stop_saves(seconds):
-    """The save after fit() returns stopped (tfcnn.training.trainer.fit_segment) waits `seconds` first."""
+    """A stopped run's checkpoint (Checkpointer.on_train_end, tfcnn.training.callbacks) waits `seconds` first."""
     from tfcnn.training.callbacks import Checkpointer
 
-    fit, save = ClassifierTrainer.fit, Checkpointer.save
+    on_train_end = Checkpointer.on_train_end
 
-    def fit_then_mark(self, *args, **kwargs):
-        history = fit(self, *args, **kwargs)
-        self.fit_returned = True
-        return history
-
-    def slow_save(self, step):
-        if getattr(self.trainer, "fit_returned", False) and self.trainer.stop_training:  # a stopped run's
+    def slow_on_train_end(self, logs=None):
+        if self.trainer.stop_training:
             time.sleep(seconds)
-        return save(self, step)
+        return on_train_end(self, logs)
 
-    ClassifierTrainer.fit, Checkpointer.save = fit_then_mark, slow_save
+    Checkpointer.on_train_end = slow_on_train_end
 
 
 def main():

@@ -164,13 +164,20 @@ class Checkpointer(tf.keras.callbacks.Callback):
     def __init__(self, trainer, manager, plan: Plan):
         super().__init__()
         self.trainer, self.manager, self.plan = trainer, manager, plan
-        self.saved_step = None
+        self.saved_step = self.last_step = None
 
     def on_train_batch_end(self, batch, logs=None):
-        step = self.plan.start_step + batch + 1
+        step = self.last_step = self.plan.start_step + batch + 1
         every = self.plan.config.checkpoint_every
         if (every and step % every == 0) or self.plan.ends_epoch(step) or step == self.plan.total_steps:
             self.save(step)
+
+    def on_train_end(self, logs=None):
+        """A run stopped after a step (a callback's model.stop_training, or the ranks' stop agreement) keeps
+        that step: saved here, before the later callbacks' on_train_end (EarlyStopping's restore_best_weights
+        would put other weights in place)."""
+        if self.trainer.stop_training and self.last_step is not None:
+            self.save(self.last_step)
 
     def save(self, step: int) -> str:
         """The checkpoint of `step` (every rank calls this); its path. Written once per step."""
@@ -188,3 +195,67 @@ def all_finite(variables) -> bool:
     # Eagerly: a few milliseconds per checkpoint, where a tf.function's trace and graph optimization took seconds
     # once per run (Inception v4's 900 variables: 2.6 s).
     return bool(tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables]))
+
+
+class RunEpochs(tf.keras.callbacks.Callback):
+    """The user's Keras callbacks, told of the run's epochs. tfcnn's fit() spans the whole run as one Keras epoch
+    (its steps are the run's, from start_step on), so a callback given to it as it is would see on_epoch_end
+    once, after the last step, and EarlyStopping could never act. Through this they see
+    on_epoch_begin(epoch) before an epoch's first step and on_epoch_end(epoch, logs) after its last, and after
+    the last step of a run that ends within an epoch (a stop, or --num_iter in batches), as Keras' fit calls
+    them; epochs are counted from 0 since the run's start. The epoch's logs: `loss` and `top1` (the training
+    metrics since the last displayed step) averaged over ranks, so that every rank's callbacks decide alike,
+    and `val_top1` and `val_top5` when val_data was scored at that step. The other events pass through."""
+
+    _supports_tf_logs = True
+
+    def __init__(self, callbacks, plan: Plan):
+        super().__init__()
+        self.callbacks = tf.keras.callbacks.CallbackList(list(callbacks))  # numpy logs for those that want them
+        self.plan = plan
+        self.open_epoch = self.last_logs = None
+
+    def set_model(self, model):
+        super().set_model(model)
+        self.callbacks.set_model(model)
+
+    def set_params(self, params):
+        super().set_params(params)
+        epochs = -(-self.plan.images_at(self.plan.total_steps) // self.plan.epoch_images)  # the last may be partial
+        self.callbacks.set_params({**params, "epochs": epochs, "steps": self.plan.steps_per_epoch})
+
+    def on_train_begin(self, logs=None):
+        self.callbacks.on_train_begin(logs)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        step = self.plan.start_step + batch + 1
+        if self.open_epoch is None:
+            self.open_epoch = self.plan.images_at(step - 1) // self.plan.epoch_images
+            self.callbacks.on_epoch_begin(self.open_epoch)
+        self.callbacks.on_train_batch_begin(batch, logs)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.last_logs = logs
+        self.callbacks.on_train_batch_end(batch, logs)
+        if self.plan.ends_epoch(self.plan.start_step + batch + 1):
+            self._end_epoch()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        pass  # fit()'s one epoch: the run's are sent from the steps
+
+    def on_epoch_end(self, epoch, logs=None):
+        pass
+
+    def on_train_end(self, logs=None):
+        if self.open_epoch is not None:
+            self._end_epoch()
+        self.callbacks.on_train_end(logs)
+
+    def _end_epoch(self):
+        logs = self.last_logs
+        loss, top1 = distributed.allreduce(tf.stack([tf.cast(logs["loss"], tf.float32),
+                                                     tf.cast(logs["top1"], tf.float32)]), name="tfcnn_epoch_logs")
+        epoch_logs = {"loss": float(loss), "top1": float(top1),
+                      **{key: float(logs[key]) for key in ("val_top1", "val_top5") if key in logs}}
+        self.callbacks.on_epoch_end(self.open_epoch, epoch_logs)
+        self.open_epoch = None

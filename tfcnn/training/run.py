@@ -28,7 +28,8 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
     """Runs (or resumes) a training run; returns its summary. Every rank calls this.
 
     callbacks: extra Keras callbacks, run after tfcnn's own (logging, checkpoints) at every step; their
-    `self.model` is the ClassifierTrainer, whose `.model` is the zoo model.
+    `self.model` is the ClassifierTrainer, whose `.model` is the zoo model. They see the run's epochs
+    (callbacks.RunEpochs); one that sets model.stop_training ends the run after that step, checkpointed.
     train_data, val_data: data in memory instead of the config's records (tfcnn.data.memory: (x, y) arrays
     or a Dataset of (image, label)); each rank takes its share. val_data is evaluated at the end of every
     --validation_every-th epoch and after training, each example once over all ranks (training.validation);
@@ -133,8 +134,12 @@ def _print_stop(s: dict):
 
 
 def _print_summary(s: dict):
+    end = s.get("end_step", s["total_steps"])
     if s["start_step"] == s["total_steps"]:  # an elastic run re-formed after its last step
         lines = [f"done: step {s['total_steps']}, nothing left to train"]
+    elif end < s["total_steps"]:
+        lines = [f"done: steps {s['start_step']}-{end} of {s['total_steps']} in {s['train_seconds']:.1f} s: a callback "
+                 f"stopped the run (model.stop_training)"]
     else:
         lines = [f"done: steps {s['start_step']}-{s['total_steps']} in {s['train_seconds']:.1f} s"]
     if "img_per_sec" in s:

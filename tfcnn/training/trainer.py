@@ -42,7 +42,7 @@ from tfcnn.models.weights import load_weights
 from tfcnn.options import check_mixing, parse_loss_scale
 from tfcnn.precision import set_policy
 from tfcnn.training import mixing
-from tfcnn.training.callbacks import Checkpointer, RunLogger, small_batch_norm_warning
+from tfcnn.training.callbacks import Checkpointer, RunEpochs, RunLogger, small_batch_norm_warning
 from tfcnn.training.optimizers import build_optimizer, decayed_variables, l2_penalty, larc, optimizer_variables
 from tfcnn.training.plan import Plan
 from tfcnn.training.schedules import config_schedule
@@ -295,10 +295,11 @@ def fit_segment(trainer, checkpoint, plan: Plan, lr_at, before=(), after=(), cal
                 dataset=None) -> dict:
     """Trains from plan.start_step to plan.total_steps on this rank's share of the data, from the epoch
     position plan.start_images. Callbacks in order: `before`, progress, checkpoints, the stop agreement,
-    `after`, `callbacks`. stop: a stopping.StopRequest; when the ranks agree to stop, the segment ends
-    after that step, its checkpoint is written and every rank has waited for it. dataset: this rank's
-    (uint8 images, int32 labels) batches of rank_batch images from plan.start_step on, instead of the
-    config's data (make_plan's train_records then says how many images an epoch is).
+    `after`, `callbacks` (told of the run's epochs: callbacks.RunEpochs). stop: a stopping.StopRequest; when
+    the ranks agree to stop, the segment ends after that step, its checkpoint is written and every rank has
+    waited for it (a callback's stop keeps its step's checkpoint too). dataset: this rank's (uint8 images,
+    int32 labels) batches of rank_batch images from plan.start_step on, instead of the config's data
+    (make_plan's train_records then says how many images an epoch is).
     Returns the progress summary (start and total steps, final metrics, throughput; `stopped`: the step
     and the reason, when it stopped early)."""
     config = plan.config
@@ -326,7 +327,7 @@ def fit_segment(trainer, checkpoint, plan: Plan, lr_at, before=(), after=(), cal
     with pipeline.corrupt_records_named(None if given else config.data_dir, "train", distributed.size(),
                                         distributed.rank()):
         trainer.fit(dataset, epochs=1, steps_per_epoch=plan.total_steps - plan.start_step,
-                    callbacks=own + list(after) + list(callbacks), verbose=0)
+                    callbacks=own + list(after) + ([RunEpochs(callbacks, plan)] if callbacks else []), verbose=0)
     progress = {"start_step": plan.start_step, "total_steps": plan.total_steps, "end_step": int(trainer.step.numpy()),
                 **logger.summary()}
     if agreement and agreement.stopped_at:

@@ -42,7 +42,9 @@ class Validator(tf.keras.callbacks.Callback):
         step, every = self.plan.start_step + batch + 1, self.plan.config.validation_every
         if step == self.plan.total_steps or (every and self.plan.ends_epoch(step)
                                              and round(self.plan.epoch_at(step)) % every == 0):
-            self.validate(step)
+            record = self.validate(step)
+            if logs is not None:  # for the later callbacks, as Keras' fit adds val_ metrics to an epoch's logs
+                logs.update(val_top1=record["top1"], val_top5=record["top5"])
 
     def final(self, step: int) -> dict:
         """The validation of the weights after training, which ended at `step`: the one made at that step, if
