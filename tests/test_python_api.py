@@ -167,11 +167,14 @@ def test_callbacks_see_the_runs_epochs_and_a_callbacks_stop_keeps_its_step(testn
     epochs = []
     record = tf.keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: epochs.append(epoch),
                                                on_epoch_end=lambda epoch, logs: epochs.append((epoch, sorted(logs))))
-    # a top-1 gain of 2 cannot be: the second epoch's validation ends the run
-    early = tf.keras.callbacks.EarlyStopping(monitor="val_top1", mode="max", min_delta=2.0, patience=0)
+    # a top-1 gain of 2 cannot be: the second epoch's validation ends the run, and the first's weights are put back
+    early = tf.keras.callbacks.EarlyStopping(monitor="val_top1", mode="max", min_delta=2.0, patience=1,
+                                             restore_best_weights=True)
     options = dict(model="testnet", train_data=(x, y), batch_size=8, num_iter=4, warmup_epochs=0, display_every=100)
     result = tfcnn.train(val_data=(x[:16], y[:16]), callbacks=[record, early], **options)
     assert (result.status, result.step, result.total_steps) == ("stopped", 16, 32)
+    # the result's validation is that of the weights it holds, scored once
+    assert [v["step"] for v in result.validation_history] == [8, 16] and result.validation["step"] == 8
     scored = ["loss", "top1", "val_top1", "val_top5"]
     assert epochs == [0, (0, scored), 1, (1, scored)]
 

@@ -102,7 +102,7 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
         if config.predict and chief and validator is None:
             summary["validation"] = predict(trainer, plan)
     if validator is not None:  # every rank counts its share (the last step's validation, when it made one)
-        summary["validation"] = validator.final(progress["end_step"])
+        summary["validation"] = validator.final()
     if chief:
         summary["checkpoints"] = checkpoints.checkpoint_dir(config.log_dir) if config.log_dir else None
         _print_summary(summary)

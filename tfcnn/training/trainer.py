@@ -328,7 +328,9 @@ def fit_segment(trainer, checkpoint, plan: Plan, lr_at, before=(), after=(), cal
                                         distributed.rank()):
         trainer.fit(dataset, epochs=1, steps_per_epoch=plan.total_steps - plan.start_step,
                     callbacks=own + list(after) + ([RunEpochs(callbacks, plan)] if callbacks else []), verbose=0)
-    progress = {"start_step": plan.start_step, "total_steps": plan.total_steps, "end_step": int(trainer.step.numpy()),
+    # The last step trained: the trainer's step variable is the weights', which a callback may have set back
+    # (EarlyStopping's restore_best_weights puts an earlier epoch's in place).
+    progress = {"start_step": plan.start_step, "total_steps": plan.total_steps, "end_step": logger.last_step,
                 **logger.summary()}
     if agreement and agreement.stopped_at:
         step = agreement.stopped_at

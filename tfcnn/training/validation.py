@@ -46,12 +46,14 @@ class Validator(tf.keras.callbacks.Callback):
             if logs is not None:  # for the later callbacks, as Keras' fit adds val_ metrics to an epoch's logs
                 logs.update(val_top1=record["top1"], val_top5=record["top5"])
 
-    def final(self, step: int) -> dict:
-        """The validation of the weights after training, which ended at `step`: the one made at that step, if
-        any, else a new one. Every rank calls it."""
-        if not self.history or self.history[-1]["step"] != step:
-            self.validate(step)
-        return self.history[-1]
+    def final(self) -> dict:
+        """The validation of the weights the model holds after training: the one made at their step, if any,
+        else a new one. Every rank calls it. Their step is the trainer's: the last step trained, or an earlier
+        one whose weights a callback put back (EarlyStopping's restore_best_weights, which that step's
+        validation chose)."""
+        step = int(self.trainer.step.numpy())
+        made = [record for record in self.history if record["step"] == step]
+        return made[-1] if made else self.validate(step)
 
     def validate(self, step: int) -> dict:
         with self.trainer.inference_weights():
