@@ -115,8 +115,11 @@ def evaluate(source, *, data_dir: str | None = None, data=None, model: str | Non
     log = log if chief else (lambda *_: None)
     for note in startup_notes(precision):
         log(f"tfcnn.evaluate: {note}")
-    # Before any weights load: a clear error when the shards (or their DALI indexes) are missing.
+    # Before any weights load: a clear error when the shards (or their DALI indexes) are missing, or the data
+    # in memory are malformed.
     share = _rank_share(data_backend, data_dir, distributed.size(), distributed.rank()) if data is None else None
+    if data is not None:
+        memory.check(data, "data")
     predict, run = load_predictor(source, model=model, precision=precision, image_size=image_size,
                                   crop_fraction=crop_fraction, interpolation=interpolation, eval_crop=eval_crop,
                                   num_classes=num_classes, log=log)

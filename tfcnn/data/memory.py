@@ -2,7 +2,8 @@
 (image, label) examples, for `tfcnn.train(train_data=..., val_data=...)` and `tfcnn.evaluate(data=...)`.
 
 Images are RGB, uint8 or float on the 0-255 scale, [height, width, 3] of any size (a Dataset's examples may
-differ in size); labels are 0-based integers. The batches are what the TFRecord pipeline yields (uint8
+differ in size); labels are 0-based integers. Float arrays on the 0-1 scale or with negative values (normalized
+already) are refused with the way out. The batches are what the TFRecord pipeline yields (uint8
 [batch, size, size, 3], int32 [batch]), so the trainer and the evaluator never know where they came from.
 
 Each rank takes every size-th example from its rank on (arrays: x[rank::size]; a Dataset: its
@@ -33,6 +34,16 @@ def examples(data, what: str = "train_data", num_classes: int | None = None) -> 
     """(a Dataset of (float32 [h, w, 3] image, int32 label), its size or None when unknown) from (x, y)
     arrays or a Dataset of (image, label); a ValueError naming `what` and the problem otherwise (arrays'
     labels are checked against num_classes here; a Dataset's, as its batches are made)."""
+    data = check(data, what, num_classes)
+    if isinstance(data, tf.data.Dataset):
+        size = int(data.cardinality())
+        return data.map(_as_example), size if size >= 0 else None
+    return tf.data.Dataset.from_tensor_slices(data).map(_as_example), len(data[0])
+
+
+def check(data, what: str = "train_data", num_classes: int | None = None):
+    """`data` as examples() reads it ((x, y) NumPy arrays, or the Dataset unbatched), or a ValueError naming
+    `what` and the problem: what can be checked without a model, before one is built or its weights load."""
     if isinstance(data, tf.data.Dataset):
         spec = data.element_spec
         if not (isinstance(spec, tuple) and len(spec) == 2):
@@ -44,10 +55,9 @@ def examples(data, what: str = "train_data", num_classes: int | None = None) -> 
             raise ValueError(f"{what}: images must be [height, width, 3] RGB, received shape {image_spec.shape}")
         if not label_spec.dtype.is_integer:
             raise ValueError(f"{what}: labels must be integers (0-based classes), received {label_spec.dtype.name}")
-        size = int(data.cardinality())
-        if size == tf.data.INFINITE_CARDINALITY:
+        if int(data.cardinality()) == tf.data.INFINITE_CARDINALITY:
             raise ValueError(f"{what}: the Dataset is infinite; pass one epoch of it (tfcnn repeats it)")
-        return data.map(_as_example), size if size >= 0 else None
+        return data
     if not (isinstance(data, (tuple, list)) and len(data) == 2):
         raise ValueError(f"{what}: pass (x, y) arrays or a tf.data.Dataset of (image, label), received "
                          f"{type(data).__name__}")
@@ -56,13 +66,28 @@ def examples(data, what: str = "train_data", num_classes: int | None = None) -> 
         raise ValueError(f"{what}: x must be [count, height, width, 3] RGB images, received shape {x.shape}")
     if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
         raise ValueError(f"{what}: x must hold numbers on the 0-255 scale, received dtype {x.dtype}")
+    _check_scale(x, what)
     if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer):
         raise ValueError(f"{what}: y must be [count] integer labels matching x's {len(x)} images, received "
                          f"shape {y.shape}, dtype {y.dtype}")
     if len(x) and (y.min() < 0 or num_classes is not None and y.max() >= num_classes):
         bad = int(y.min()) if y.min() < 0 else int(y.max())
         raise ValueError(f"{what}: label {bad} is not a 0-based class below num_classes {num_classes}")
-    return tf.data.Dataset.from_tensor_slices((x, y)).map(_as_example), len(x)
+    return x, y
+
+
+def _check_scale(x: np.ndarray, what: str):
+    """Refuses float images scaled otherwise (x / 255, or already normalized): trained on, they would give a
+    model whose exports and evaluation, which take 0-255 pixels, see other inputs than it learnt from."""
+    if not len(x) or not np.issubdtype(x.dtype, np.floating):
+        return
+    low, high = float(x.min()), float(x.max())
+    if low < 0:
+        raise ValueError(f"{what}: x holds values from {low:.3g} to {high:.3g}: normalized images? tfcnn takes RGB "
+                         f"on the 0-255 scale and normalizes them itself (with the model's mean and std)")
+    if 0 < high <= 1:
+        raise ValueError(f"{what}: x holds values from {low:.3g} to {high:.3g}: images on the 0-1 scale? tfcnn takes "
+                         f"RGB on the 0-255 scale, as its exports and evaluation do: pass x * 255")
 
 
 def _as_example(image, label):
