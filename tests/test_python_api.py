@@ -203,8 +203,8 @@ def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
     # augment=False: prepared images are taken as they are (no crop, no flip)
     from tfcnn.data import memory
 
-    x, _ = id_coded(8)
-    prepared = tfcnn.train(model="testnet", train_data=(x, np.arange(8) % 2), batch_size=8, num_iter=1,
+    x, _ = id_coded(8)  # labels [count, 1], as keras.datasets gives them
+    prepared = tfcnn.train(model="testnet", train_data=(x, (np.arange(8) % 2)[:, None]), batch_size=8, num_iter=1,
                            warmup_epochs=0, augment=False)
     config = prepared.summary["config"]
     assert (config["train_crop"], config["augment"], config["image_size"], config["num_classes"]) == ("none", "none", 8, 2)
@@ -217,6 +217,8 @@ def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), data_dir="/data"), "train_data and data_dir"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x[..., 0], y)), r"x must be \[count, height, width, 3\]"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y[:-1])), "y must be .* matching x's 16 images"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x, np.eye(2)[y])),
+     r"train_data: y holds one-hot rows \(\[count, 2\]\); pass the class numbers, y.argmax\(axis=1\)$"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x / 255.0, y)),
      r"train_data: x holds values from \S+ to \S+: images on the 0-1 scale\? .* pass x \* 255$"),
     (lambda x, y: tfcnn.evaluate("imagenet", model="resnet18", data=((x - 128.0) / 64, y)),

@@ -2,9 +2,10 @@
 (image, label) examples, for `tfcnn.train(train_data=..., val_data=...)` and `tfcnn.evaluate(data=...)`.
 
 Images are RGB, uint8 or float on the 0-255 scale, [height, width, 3] of any size (a Dataset's examples may
-differ in size); labels are 0-based integers. Float arrays on the 0-1 scale or with negative values (normalized
-already) are refused with the way out. The batches are what the TFRecord pipeline yields (uint8
-[batch, size, size, 3], int32 [batch]), so the trainer and the evaluator never know where they came from.
+differ in size); labels are 0-based integers ([count], or [count, 1] as keras.datasets gives them). Float
+arrays on the 0-1 scale or with negative values (normalized already) are refused with the way out. The
+batches are what the TFRecord pipeline yields (uint8 [batch, size, size, 3], int32 [batch]), so the trainer
+and the evaluator never know where they came from.
 
 Each rank takes every size-th example from its rank on (arrays: x[rank::size]; a Dataset: its
 `shard(size, rank)`): the shares are disjoint and cover the data. Training mirrors the records' stream
@@ -67,6 +68,12 @@ def check(data, what: str = "train_data", num_classes: int | None = None):
     if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
         raise ValueError(f"{what}: x must hold numbers on the 0-255 scale, received dtype {x.dtype}")
     _check_scale(x, what)
+    if y.ndim == 2 and y.shape[1] == 1:  # [count, 1], as keras.datasets gives labels: Keras' fit takes them too
+        y = y[:, 0]
+    if y.ndim == 2 and y.shape == (len(x), y.shape[1]) and len(x) and np.all((y == 0) | (y == 1)) \
+            and np.all(y.sum(axis=1) == 1):
+        raise ValueError(f"{what}: y holds one-hot rows ([count, {y.shape[1]}]); pass the class numbers, "
+                         f"y.argmax(axis=1)")
     if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer):
         raise ValueError(f"{what}: y must be [count] integer labels matching x's {len(x)} images, received "
                          f"shape {y.shape}, dtype {y.dtype}")
