@@ -152,6 +152,11 @@ def test_resuming_in_memory_training_continues_bit_exactly(testnet, tmp_path):
     half = tfcnn.train(num_iter=1, log_dir=str(tmp_path / "split"), **options)
     resumed = tfcnn.train(num_iter=2, log_dir=str(tmp_path / "split"), **options)
     assert (half.step, resumed.step, whole.step) == (8, 16, 16) and resumed.summary["start_step"] == 8
+    # the same call again finds the run complete and trains nothing; its result stands for the run's checkpoint
+    again = tfcnn.train(num_iter=2, log_dir=str(tmp_path / "split"), **options)
+    assert (again.status, again.step, again.checkpoint) == ("complete", 16, resumed.checkpoint)
+    by_checkpoint, by_model = (tfcnn.evaluate(result, data=(x, y), log=quiet) for result in (again, resumed))
+    assert by_checkpoint.top1_correct == by_model.top1_correct and by_checkpoint.weights == again.checkpoint
     for a, b in zip(whole.model.weights, resumed.model.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
     # the control: another seed's stream gives other weights, so the equality above is no accident

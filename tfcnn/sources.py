@@ -29,7 +29,17 @@ def saved_model_info(path) -> dict:
 def describe(source) -> str:
     """The source, for results and messages: a path, or the model's name."""
     model = in_memory_model(source)
-    return f"{model.name} (in memory)" if model is not None else os.fspath(source)
+    return f"{model.name} (in memory)" if model is not None else os.fspath(_as_path(source))
+
+
+def _is_run_result(source) -> bool:
+    return hasattr(source, "status") and hasattr(source, "summary")
+
+
+def _as_path(source):
+    """A RunResult that holds no model stands for its checkpoint: its run was found complete in its log_dir, and
+    training again trained nothing (every other source is itself)."""
+    return source.checkpoint if _is_run_result(source) else source
 
 
 def in_memory_model(source):
@@ -41,10 +51,11 @@ def in_memory_model(source):
             raise ValueError(f"model {source.name!r} is not a tfcnn zoo model (it has no data_config): build it "
                              f"with tfcnn.create_model, or pass a checkpoint path")
         return source
-    if hasattr(source, "status") and hasattr(source, "summary"):  # a RunResult
-        if source.model is None:
-            raise ValueError("this RunResult holds no model; pass its checkpoint (result.checkpoint) instead")
-        return in_memory_model(source.model)
+    if _is_run_result(source):
+        if source.model is not None:
+            return in_memory_model(source.model)
+        if not source.checkpoint:
+            raise ValueError("this RunResult holds no model and names no checkpoint: pass a checkpoint path")
     return None
 
 
@@ -66,6 +77,7 @@ def load_model(source, *, model: str | None = None, image_size: int | None = Non
             raise ValueError(f"a model in memory is used as it is: drop {', '.join(changed)} (or pass its "
                              f"checkpoint path to change how it is fed)")
         return given
+    source = _as_path(source)
     if not isinstance(source, (str, os.PathLike)):
         raise ValueError(f"source must be a model, a RunResult or a path, received {type(source).__name__}")
     path, name = os.fspath(source), model

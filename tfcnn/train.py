@@ -44,7 +44,9 @@ class RunResult:
       after training): step, epoch, top1, top5, count, as metrics.jsonl and TensorBoard have them.
     log_dir, checkpoint: where the run keeps its logs and its latest checkpoint (None without log_dir).
     saved_model: the SavedModel written with export_dir.
-    model: the trained zoo model (its raw weights: with ema_decay, load the checkpoint for their average).
+    model: the trained zoo model (its raw weights: with ema_decay, load the checkpoint for their average); None
+      for a run found complete in log_dir, which trained nothing (tfcnn.evaluate and tfcnn.export then take the
+      result for its checkpoint).
     summary: everything tfcnn.training.run.train reported.
     """
     status: str

@@ -58,7 +58,8 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
         log(f"tfcnn: the run in --log_dir {config.log_dir} is already complete at step {plan.start_step} "
             f"of {plan.total_steps}: nothing to do. Pass a larger --num_iter to train it further, or "
             f"another --log_dir to start a new run")
-        return {"complete": True, "start_step": plan.start_step, "total_steps": plan.total_steps}
+        return {"complete": True, "start_step": plan.start_step, "total_steps": plan.total_steps,
+                "config": dataclasses.asdict(config)}  # its log_dir: the result names the run's checkpoint
     if chief and config.log_dir:
         os.makedirs(config.log_dir, exist_ok=True)
         atomic_write_text(os.path.join(config.log_dir, CONFIG_FILE), config.to_json())
