@@ -239,6 +239,11 @@ def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
     (lambda x, y: tfcnn.evaluate("/no/such/run", data=(x, y)), "/no/such/run: no such file or directory"),
     (lambda x, y: tfcnn.evaluate("/no/such/run"), "needs data_dir .* or data"),
     (lambda x, y: tfcnn.export("/tmp", "/tmp/x", format="tflite"), "format must be one of saved_model, onnx"),
+    (lambda x, y: tfcnn.export("/no/such/run", SCRIPTS),
+     r"output_dir \S+/scripts holds other files \(\S+ and \d+ more\) and no tfcnn export \(tfcnn.json\): an export "
+     r"replaces only an older export; name a new directory$"),
+    (lambda x, y: tfcnn.export("/no/such/run", __file__), r"output_dir \S+test_python_api.py is a file: an export is a "
+     r"directory"),
     (lambda x, y: tfcnn.convert("resnet5", "w.safetensors", "/tmp/x"), "unknown model 'resnet5'"),
 ])
 def test_bad_calls_are_errors_naming_the_value(testnet, call, message):

@@ -593,14 +593,24 @@ def test_flags_are_checked_before_tensorflow_loads():
     TensorFlow (only the model name needs the zoo, and it is checked last)."""
     code = ("import runpy, sys\nfrom tfcnn.training import make_config\n"
             "for bad in ({'batch_size': 0}, {'augment': 'bogus'}, {'mixup': -1.0}, {'precision': 'fp8'}, "
-            "{'optimizer': 'adam'}, {'label_smoothing': 1.0}):\n"
+            "{'optimizer': 'adam'}, {'label_smoothing': 1.0}, {'log_dir': 'README.md'}, {'export_dir': 'README.md'}, "
+            "{'export_dir': 'tests'}):\n"
             "    try:\n        make_config(**bad)\n    except ValueError as error:\n        print(error)\n"
             "sys.argv = ['train.py', '--iter_unit=step']\n"
             "try:\n    runpy.run_path('examples/train.py', run_name='__main__')\n"
             "except SystemExit as exit:\n    print(exit)\n")
     lines, _ = run_without_tensorflow(code)
     assert [line.split()[0] for line in lines[:-1]] == ["--batch_size", "--augment", "--mixup", "--precision",
-                                                        "--optimizer", "--label_smoothing"], lines
+                                                        "--optimizer", "--label_smoothing", "--log_dir", "--export_dir",
+                                                        "--export_dir"], lines
+    # a file, or a directory of other files, is never made or replaced by a run's directories (tfcnn.export checks
+    # its output_dir alike: test_python_api's bad calls)
+    assert lines[-4:-2] == [
+        "--log_dir README.md is a file: name a directory (a new one, or a run's to resume)",
+        "--export_dir README.md is a file: an export is a directory; name a new one (or an older export to replace)"]
+    assert re.fullmatch(r"--export_dir tests holds other files \(\S+ and \d+ more\) and no tfcnn export "
+                        r"\(tfcnn.json\): an export replaces only an older export; name a new directory",
+                        lines[-2]), lines
     assert lines[-1].startswith("tfcnn.train: error: --iter_unit must be one of epoch, batch"), lines
 
 

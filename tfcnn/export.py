@@ -46,6 +46,7 @@ def export(source, output_dir: str, *, format: str = "saved_model", model: str |
     train shards int8 calibrates on (calibration_images of them, for int8_target tensorrt or cpu)."""
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, received: {format!r}")
+    sources.check_export_dir(output_dir)  # before any weights are read
     if int8 and format != "onnx":
         raise ValueError(f"int8 quantizes the ONNX export: pass format='onnx' (received {format!r})")
     if int8 and not data_dir:

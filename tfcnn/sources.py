@@ -21,6 +21,23 @@ def is_saved_model(source) -> bool:
     return isinstance(source, (str, os.PathLike)) and os.path.isfile(os.path.join(source, EXPORT_INFO_FILE))
 
 
+def check_export_dir(path, what: str = "output_dir") -> None:
+    """An export goes to a new or empty directory, or replaces an older tfcnn export (one with tfcnn.json); a
+    file, or a directory of other files (a dataset, a home directory), is refused before any work, never
+    replaced."""
+    path = os.fspath(path)
+    if not os.path.lexists(path):
+        return
+    if not os.path.isdir(path):
+        raise ValueError(f"{what} {path} is a file: an export is a directory; name a new one (or an older export "
+                         f"to replace)")
+    entries = sorted(os.listdir(path))
+    if entries and EXPORT_INFO_FILE not in entries:
+        more = f" and {len(entries) - 1} more" if len(entries) > 1 else ""
+        raise ValueError(f"{what} {path} holds other files ({entries[0]}{more}) and no tfcnn export "
+                         f"({EXPORT_INFO_FILE}): an export replaces only an older export; name a new directory")
+
+
 def saved_model_info(path) -> dict:
     with open(os.path.join(path, EXPORT_INFO_FILE)) as f:
         return json.load(f)

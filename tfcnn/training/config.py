@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 from tfcnn.options import (DATA_BACKENDS, DEFAULT_STOP_SIGNALS, EVAL_CROPS, LARC_MODES, LR_GRANULARITIES,
                            MOMENTUM_FORMS, OPTIMIZERS, PRECISIONS, TRAIN_CROPS, WEIGHT_DECAY_SETS, WEIGHT_INITS,
                            check_mixing, parse_loss_scale, parse_model_options, parse_policy, parse_signals)
 from tfcnn.recipes import RECIPES, get_recipe
+from tfcnn.sources import check_export_dir
 
 SCHEDULES = ("cosine", "step", "poly", "constant")
 ITER_UNITS = ("epoch", "batch")
@@ -236,6 +238,10 @@ def validate(config: TrainConfig) -> None:
         raise ValueError(f"--lr_decay_epochs must be increasing, received: {list(config.lr_decay_epochs)}")
     if config.predict and config.data_dir is None:
         raise ValueError("--predict needs --data_dir (it evaluates on the validation shards)")
+    if config.log_dir and os.path.exists(config.log_dir) and not os.path.isdir(config.log_dir):
+        raise ValueError(f"--log_dir {config.log_dir} is a file: name a directory (a new one, or a run's to resume)")
+    if config.export_dir:
+        check_export_dir(config.export_dir, "--export_dir")  # before training, not after it
     from tfcnn.models import list_models  # last: the zoo loads TensorFlow, the checks above do not
     from tfcnn.models.registry import model_overrides
 

@@ -25,7 +25,7 @@ import tensorflow as tf
 from tfcnn.data import preprocessing, records
 from tfcnn.fileio import replace_directory
 from tfcnn.models import DataConfig, create_model
-from tfcnn.sources import EXPORT_INFO_FILE  # noqa: F401 (onnx_export's and the tests' name for it)
+from tfcnn.sources import EXPORT_INFO_FILE, check_export_dir  # EXPORT_INFO_FILE: onnx_export's and the tests' too
 IMAGES_INPUT = "images"
 OUTPUTS = ("logits", "probabilities")
 
@@ -117,6 +117,7 @@ def write_export_info(directory: str, info: dict, data_dir: str | None = None, l
 def staged_directory(final_dir: str):
     """Yields a temporary directory beside final_dir to write into; moved into place (replacing an older
     export) only when the block completes, removed when it fails, so final_dir is never half written."""
+    check_export_dir(final_dir, "the export directory")
     final_dir = os.path.abspath(final_dir)
     tmp = f"{final_dir}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
