@@ -245,11 +245,32 @@ def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
     (lambda x, y: tfcnn.export("/no/such/run", __file__), r"output_dir \S+test_python_api.py is a file: an export is a "
      r"directory"),
     (lambda x, y: tfcnn.convert("resnet5", "w.safetensors", "/tmp/x"), "unknown model 'resnet5'"),
+    (lambda x, y: tfcnn.convert("resnet18", "w.safetensors", SCRIPTS), r"output_dir \S+/scripts holds other files "
+     r"\(\S+ and \d+ more\) and no tfcnn conversion \(convert.json\): a conversion replaces only an older conversion"),
 ])
 def test_bad_calls_are_errors_naming_the_value(testnet, call, message):
     x, y = stripe_arrays(16, size=16)
     with pytest.raises(ValueError, match=message):
         call(x, y)
+
+
+def test_an_output_directory_replaces_only_one_of_its_kind(tmp_path):
+    """Exports and conversions go to a new or empty directory or an older one of theirs; nothing else is taken."""
+    from tfcnn.fileio import check_output_dir
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "older").mkdir()
+    (tmp_path / "older" / "convert.json").write_text("{}")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("{}")
+    (tmp_path / "file").write_text("")
+    for fine in ("new", "empty", "older"):
+        check_output_dir(tmp_path / fine, "convert.json", "conversion", "output_dir")
+    with pytest.raises(ValueError, match=r"output_dir \S+/run holds other files \(config.json\) and no tfcnn "
+                                         r"conversion \(convert.json\)"):
+        check_output_dir(tmp_path / "run", "convert.json", "conversion", "output_dir")
+    with pytest.raises(ValueError, match=r"output_dir \S+/file is a file: a conversion is a directory"):
+        check_output_dir(tmp_path / "file", "convert.json", "conversion", "output_dir")
 
 
 def test_python_m_tfcnn_train_works_outside_the_source_tree(tmp_path):

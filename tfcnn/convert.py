@@ -13,7 +13,8 @@ torchvision file name, else the family's usual, said so; the flags override it).
     python examples/train.py --init_weights OUTPUT_DIR ...
 
 --export also writes OUTPUT_DIR/saved_model (both serving signatures, fed as the weights expect).
-OUTPUT_DIR/convert.json says what was loaded and skipped. Loading is strict: a file of another
+OUTPUT_DIR/convert.json says what was loaded and skipped; OUTPUT_DIR is new, empty or an older conversion
+(a training run's directory is refused: it would lose its checkpoints). Loading is strict: a file of another
 architecture is refused naming its keys. --weights also takes a published weights name ("imagenet",
 python -m tfcnn.models NAME lists a model's), downloaded once into the weights cache.
 
@@ -27,7 +28,10 @@ import os
 import sys
 
 from tfcnn import callable_module
+from tfcnn.fileio import check_output_dir
 from tfcnn.options import EVAL_CROPS
+
+RECORD_FILE = "convert.json"  # what a conversion records beside its checkpoint
 
 
 def convert(model: str, weights: str, output_dir: str, *, num_classes: int | None = None, new_head: bool = False,
@@ -52,6 +56,8 @@ def convert(model: str, weights: str, output_dir: str, *, num_classes: int | Non
         raise ValueError(f"num_classes must be a positive integer, received: {num_classes}")
     if new_head and not num_classes:
         raise ValueError("new_head needs num_classes (the new classifier's class count)")
+    # A run's log directory would lose its checkpoints (the conversion's keeps one) and resume from the weights.
+    check_output_dir(output_dir, RECORD_FILE, "conversion", "output_dir")
     source = open_weights(model, weights)
     data = source.data_config.replace(input_size=image_size, crop_fraction=crop_fraction,
                                       interpolation=interpolation, eval_crop=eval_crop, mean=mean, std=std)
@@ -73,7 +79,7 @@ def convert(model: str, weights: str, output_dir: str, *, num_classes: int | Non
         from tfcnn.training.export import export_saved_model
 
         summary["saved_model"] = export_saved_model(network, os.path.join(output_dir, "saved_model"))
-    atomic_write_text(os.path.join(output_dir, "convert.json"), json.dumps(summary, indent=1) + "\n")
+    atomic_write_text(os.path.join(output_dir, RECORD_FILE), json.dumps(summary, indent=1) + "\n")
     return summary
 
 

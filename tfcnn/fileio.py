@@ -20,3 +20,22 @@ def replace_directory(tmp_dir: str, final_dir: str) -> None:
         os.replace(final_dir, old)
     os.replace(tmp_dir, final_dir)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def check_output_dir(path, marker: str, kind: str, what: str) -> None:
+    """The directory a new `kind` (an export, a conversion) is written to must be new, empty, or an older one of
+    its kind (holding `marker`), which it replaces. A file, or a directory of other files (a dataset, a training
+    run, a home directory), is refused with a ValueError naming `what` and the path, before any work: it would
+    be replaced, or its files mixed with the new ones."""
+    path = os.fspath(path)
+    if not os.path.lexists(path):
+        return
+    a_kind = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+    if not os.path.isdir(path):
+        raise ValueError(f"{what} {path} is a file: {a_kind} is a directory; name a new one (or an older {kind} "
+                         f"to replace)")
+    entries = sorted(os.listdir(path))
+    if entries and marker not in entries:
+        more = f" and {len(entries) - 1} more" if len(entries) > 1 else ""
+        raise ValueError(f"{what} {path} holds other files ({entries[0]}{more}) and no tfcnn {kind} ({marker}): "
+                         f"{a_kind} replaces only an older {kind}; name a new directory")

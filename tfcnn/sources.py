@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 
+from tfcnn.fileio import check_output_dir
+
 EXPORT_INFO_FILE = "tfcnn.json"  # what a tfcnn export records beside its model (tfcnn.training.export writes it)
 
 
@@ -22,20 +24,9 @@ def is_saved_model(source) -> bool:
 
 
 def check_export_dir(path, what: str = "output_dir") -> None:
-    """An export goes to a new or empty directory, or replaces an older tfcnn export (one with tfcnn.json); a
-    file, or a directory of other files (a dataset, a home directory), is refused before any work, never
-    replaced."""
-    path = os.fspath(path)
-    if not os.path.lexists(path):
-        return
-    if not os.path.isdir(path):
-        raise ValueError(f"{what} {path} is a file: an export is a directory; name a new one (or an older export "
-                         f"to replace)")
-    entries = sorted(os.listdir(path))
-    if entries and EXPORT_INFO_FILE not in entries:
-        more = f" and {len(entries) - 1} more" if len(entries) > 1 else ""
-        raise ValueError(f"{what} {path} holds other files ({entries[0]}{more}) and no tfcnn export "
-                         f"({EXPORT_INFO_FILE}): an export replaces only an older export; name a new directory")
+    """An export goes to a new or empty directory, or replaces an older tfcnn export (one with tfcnn.json);
+    anything else is refused before any work, never replaced (fileio.check_output_dir)."""
+    check_output_dir(path, EXPORT_INFO_FILE, "export", what)
 
 
 def saved_model_info(path) -> dict:
