@@ -234,6 +234,8 @@ def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
      r"16 training images cannot fill one global batch of 32 \(--batch_size 32 x 1 ranks\): pass a --batch_size "
      r"of at most 16$"),
     (lambda x, y: tfcnn.train(model="testnet", val_data=(x, y)), "val_data needs train_data"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), callbacks=[tf.keras.callbacks.ReduceLROnPlateau()]),
+     r"callbacks: ReduceLROnPlateau sets a learning rate that tfcnn's schedule ignores .* lr_schedule \(cosine, "),
     (lambda x, y: tfcnn.train(model="testnet", train_data=[x]), r"pass \(x, y\) arrays"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), bogus=1), "unknown training option 'bogus'"),
     (lambda x, y: tfcnn.evaluate("/no/such/run", data=(x, y)), "/no/such/run: no such file or directory"),

@@ -10,12 +10,14 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import tensorflow as tf
+
 from tfcnn import checkpoints, distributed
 from tfcnn.data import memory
 from tfcnn.fileio import atomic_write_text
 from tfcnn.precision import startup_notes
 from tfcnn.training.callbacks import METRICS_FILE
-from tfcnn.training.config import TrainConfig
+from tfcnn.training.config import SCHEDULES, TrainConfig
 from tfcnn.training.elastic import train_elastic
 from tfcnn.training.plan import CONFIG_FILE, Plan, make_plan
 from tfcnn.training.stopping import StopRequest
@@ -42,6 +44,12 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
     The summary's `model` is the zoo model as trained (its raw weights: with --ema_decay the checkpoints
     and the export hold their average).
     """
+    for callback in callbacks:
+        if isinstance(callback, (tf.keras.callbacks.ReduceLROnPlateau, tf.keras.callbacks.LearningRateScheduler)):
+            # Measured: its changes printed, the weights bit for bit those of a run without it.
+            raise ValueError(f"callbacks: {type(callback).__name__} sets a learning rate that tfcnn's schedule "
+                             f"ignores (it would print its changes and change nothing): choose the schedule with "
+                             f"lr_schedule ({', '.join(SCHEDULES)}), lr and warmup_epochs")
     distributed.init()
     given = batches is not None or train_data is not None
     if (given or val_data is not None) and config.elastic:
