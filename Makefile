@@ -92,6 +92,8 @@ TF_PACKAGE := $(if $(filter 1,$(HAS_GPU)),tensorflow[and-cuda],tensorflow-cpu)==
 INSTALL_SPACE_MIB := $(if $(filter 1,$(HAS_GPU)),6600 3200,2900 500)
 LANE_ID := TensorFlow $(TF_VERSION)$(if $(filter 1,$(HAS_GPU)), with CUDA), Python $(PY_VERSION)
 # Built Horovod wheels, each under a name that says what it fits (patches/build_horovod.sh).
+# horovodrun --check-build's report on the venv's Horovod.
+BUILD_REPORT := $(VENV)/.tfcnn-horovod-report
 HOROVOD_CACHE := $${XDG_CACHE_HOME:-$$HOME/.cache}/tfcnn
 BUILD_HOROVOD := HOROVOD_VERSION=$(HOROVOD_VERSION) WANT_MPI=$(HAS_MPI) WANT_GPU=$(WANT_GPU_OPS) \
   bash patches/build_horovod.sh $(PY) "$(HOROVOD_CACHE)"
@@ -104,9 +106,18 @@ BENCH_RESULTS ?= bench/results
 install: $(STAMP) $(EXTRAS)
 	@# Nothing to do when the venv's Horovod fits; another build when it does not (OpenMPI installed since).
 	@$(BUILD_HOROVOD)
-	@TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrun --check-build
+	@# horovodrun's build report, run again only when the venv or its Horovod is new: the check loads TensorFlow
+	@# in five processes (8 s, which every make test and make demo paid). Written whole or not at all.
+	@if [ ! -s $(BUILD_REPORT) ] || [ $(VENV)/.tfcnn-horovod -nt $(BUILD_REPORT) ] || [ $(STAMP) -nt $(BUILD_REPORT) ]; \
+	 then TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrun --check-build > $(BUILD_REPORT).tmp && \
+	   mv $(BUILD_REPORT).tmp $(BUILD_REPORT); fi
+	@cat $(BUILD_REPORT)
+	@# Where PYTHONDONTWRITEBYTECODE is set, no process caches tfcnn's compiled modules and each compiles them
+	@# again (0.15-0.2 CPU-s a process; the tests start a few hundred): compiled here once, as pip compiles
+	@# what it installs. Python reads them with the variable set; stale ones are made again.
+	@$(PY) -m compileall -q tfcnn examples imagenet_prep bench tests > /dev/null
 
-# The stamp depends on what decides the install; a second `make install` only prints the build check.
+# The stamp depends on what decides the install; a second `make install` only prints the build report.
 $(STAMP): setup.py Makefile $(HOROVOD_PATCHES) patches/build_horovod.sh patches/find_cuda.sh
 	@test -n "$(PY_VERSION)" || { echo "tfcnn: $(or $(PYTHON),no python3.10-3.13) not found or does not run: install Python 3.11 (e.g. 'apt-get install python3.11 python3.11-venv python3.11-dev' or 'pyenv install 3.11'), or name one with PYTHON=..."; exit 1; }
 	@# Refused before anything is downloaded: a lane the Python cannot install.
