@@ -210,7 +210,7 @@ def small_dataset(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_convert_then_evaluate_with_the_recorded_preprocessing(resnet18_file, small_dataset, tmp_path):
+def test_convert_then_evaluate_with_the_recorded_preprocessing(resnet18_file, small_dataset, tmp_path, monkeypatch):
     from tfcnn.data import pipeline
     from tfcnn.data.preprocessing import normalize_batch
     from tfcnn.evaluate import evaluate
@@ -247,6 +247,26 @@ def test_convert_then_evaluate_with_the_recorded_preprocessing(resnet18_file, sm
     pixels = tf.cast(eval_image(encoded, 48, 0.9, "bicubic"), tf.float32)[None]
     by_pixels = exported.signatures["serving_default"](images=pixels)["logits"]
     np.testing.assert_allclose(by_bytes.numpy(), by_pixels.numpy(), rtol=1e-5, atol=1e-5)
+
+    # Another conversion into the directory replaces this one whole. Interrupted, it leaves this one as it was
+    # (its new head's random weights not written over these); done without --export, it keeps no saved_model/
+    # of this one beside its own weights.
+    import tfcnn
+
+    weights = out / "checkpoints" / "ckpt-0.data-00000-of-00001"
+    first = weights.read_bytes(), (out / "convert.json").read_text()
+
+    def interrupted(*_, **__):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("tfcnn.training.export.export_saved_model", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tfcnn.convert("resnet18", resnet18_file, str(out), num_classes=3, new_head=True, export=True, log=quiet)
+    assert (weights.read_bytes(), (out / "convert.json").read_text()) == first
+    assert [name for name in os.listdir(tmp_path) if ".tmp-" in name] == []
+    summary = tfcnn.convert("resnet18", resnet18_file, str(out), num_classes=3, new_head=True, log=quiet)
+    assert sorted(os.listdir(out)) == ["checkpoints", "convert.json"] and "saved_model" not in summary
+    assert summary["checkpoint"] == checkpoints.latest_checkpoint(str(out)) and weights.read_bytes() != first[0]
 
 
 def test_the_benchmark_runs_the_weights_at_their_input_size(resnet18_file, tmp_path):

@@ -13,8 +13,9 @@ torchvision file name, else the family's usual, said so; the flags override it).
     python examples/train.py --init_weights OUTPUT_DIR ...
 
 --export also writes OUTPUT_DIR/saved_model (both serving signatures, fed as the weights expect).
-OUTPUT_DIR/convert.json says what was loaded and skipped; OUTPUT_DIR is new, empty or an older conversion
-(a training run's directory is refused: it would lose its checkpoints). Loading is strict: a file of another
+OUTPUT_DIR/convert.json says what was loaded and skipped; OUTPUT_DIR is new, empty or an older conversion,
+which the new one replaces whole once written (a training run's directory is refused: it would lose its
+checkpoints). Loading is strict: a file of another
 architecture is refused naming its keys. --weights also takes a published weights name ("imagenet",
 python -m tfcnn.models NAME lists a model's), downloaded once into the weights cache.
 
@@ -28,7 +29,7 @@ import os
 import sys
 
 from tfcnn import callable_module
-from tfcnn.fileio import check_output_dir
+from tfcnn.fileio import check_output_dir, staged_directory
 from tfcnn.options import EVAL_CROPS
 
 RECORD_FILE = "convert.json"  # what a conversion records beside its checkpoint
@@ -67,19 +68,24 @@ def convert(model: str, weights: str, output_dir: str, *, num_classes: int | Non
                            **source.options)
     network.data_config = data
     report = load_weights(network, source, head=head, log=log)
-    os.makedirs(output_dir, exist_ok=True)
-    manager = tf.train.CheckpointManager(checkpoints.make_checkpoint(network),
-                                         checkpoints.checkpoint_dir(output_dir), max_to_keep=1, checkpoint_name="ckpt")
-    summary = {"model": model, "source": os.path.abspath(source.path), "kind": source.kind,
-               "num_classes": checkpoints.model_classes(network), "loaded_tensors": report["loaded"],
-               "skipped": report["skipped"], "new_head": new_head, "options": dict(network.build_options),
-               "data_config": data.to_dict(), "data_config_origin": source.data_origin,
-               "checkpoint": manager.save(checkpoint_number=0)}
-    if export:
-        from tfcnn.training.export import export_saved_model
+    # Written whole beside output_dir, then moved into place: an interrupted conversion leaves an older one as it
+    # was, and a new one without --export keeps no older conversion's saved_model/ beside its weights.
+    final_dir = os.path.abspath(output_dir)
+    with staged_directory(final_dir, RECORD_FILE, "conversion", "output_dir") as tmp:
+        manager = tf.train.CheckpointManager(checkpoints.make_checkpoint(network), checkpoints.checkpoint_dir(tmp),
+                                             max_to_keep=1, checkpoint_name="ckpt")
+        saved = manager.save(checkpoint_number=0)  # the checkpoint records its path relative to its directory
+        summary = {"model": model, "source": os.path.abspath(source.path), "kind": source.kind,
+                   "num_classes": checkpoints.model_classes(network), "loaded_tensors": report["loaded"],
+                   "skipped": report["skipped"], "new_head": new_head, "options": dict(network.build_options),
+                   "data_config": data.to_dict(), "data_config_origin": source.data_origin,
+                   "checkpoint": os.path.join(checkpoints.checkpoint_dir(final_dir), os.path.basename(saved))}
+        if export:
+            from tfcnn.training.export import export_saved_model
 
-        summary["saved_model"] = export_saved_model(network, os.path.join(output_dir, "saved_model"))
-    atomic_write_text(os.path.join(output_dir, RECORD_FILE), json.dumps(summary, indent=1) + "\n")
+            export_saved_model(network, os.path.join(tmp, "saved_model"))
+            summary["saved_model"] = os.path.join(final_dir, "saved_model")
+        atomic_write_text(os.path.join(tmp, RECORD_FILE), json.dumps(summary, indent=1) + "\n")
     return summary
 
 

@@ -1,6 +1,7 @@
 """Small file helpers shared by the writers of labels, metadata, configs and exports."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 
@@ -39,3 +40,21 @@ def check_output_dir(path, marker: str, kind: str, what: str) -> None:
         more = f" and {len(entries) - 1} more" if len(entries) > 1 else ""
         raise ValueError(f"{what} {path} holds other files ({entries[0]}{more}) and no tfcnn {kind} ({marker}): "
                          f"{a_kind} replaces only an older {kind}; name a new directory")
+
+
+@contextlib.contextmanager
+def staged_directory(final_dir, marker: str, kind: str, what: str):
+    """Yields a temporary directory beside final_dir to write a `kind` into; moved into place (replacing an
+    older one, check_output_dir's rule) only when the block completes, removed when it fails: final_dir is
+    never half written, nor an older one's files mixed with the new ones."""
+    check_output_dir(final_dir, marker, kind, what)
+    final_dir = os.path.abspath(final_dir)
+    tmp = f"{final_dir}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    replace_directory(tmp, final_dir)

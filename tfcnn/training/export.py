@@ -15,17 +15,16 @@ two files beside its model.onnx: `serving_module`, `write_export_info` and `stag
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 
 import tensorflow as tf
 
+from tfcnn import fileio
 from tfcnn.data import preprocessing, records
-from tfcnn.fileio import replace_directory
 from tfcnn.models import DataConfig, create_model
-from tfcnn.sources import EXPORT_INFO_FILE, check_export_dir  # EXPORT_INFO_FILE: onnx_export's and the tests' too
+from tfcnn.sources import EXPORT_INFO_FILE  # EXPORT_INFO_FILE: onnx_export's and the tests' too
+
 IMAGES_INPUT = "images"
 OUTPUTS = ("logits", "probabilities")
 
@@ -113,21 +112,9 @@ def write_export_info(directory: str, info: dict, data_dir: str | None = None, l
         json.dump(info, f, indent=1)
 
 
-@contextlib.contextmanager
 def staged_directory(final_dir: str):
-    """Yields a temporary directory beside final_dir to write into; moved into place (replacing an older
-    export) only when the block completes, removed when it fails, so final_dir is never half written."""
-    check_export_dir(final_dir, "the export directory")
-    final_dir = os.path.abspath(final_dir)
-    tmp = f"{final_dir}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    replace_directory(tmp, final_dir)
+    """An export's fileio.staged_directory: final_dir new, empty or an older export (tfcnn.json)."""
+    return fileio.staged_directory(final_dir, EXPORT_INFO_FILE, "export", "the export directory")
 
 
 def export_saved_model(model: tf.keras.Model, export_dir: str, data_dir: str | None = None,
