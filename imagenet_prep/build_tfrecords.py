@@ -67,11 +67,15 @@ class BuildError(ValueError):
 
 
 def list_images(folder: str) -> list[str]:
-    """Image files directly in `folder`, sorted by name (hidden files and other extensions ignored)."""
-    names = sorted(n for n in os.listdir(folder)
-                   if not n.startswith(".") and os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS
-                   and os.path.isfile(os.path.join(folder, n)))
-    return [os.path.join(folder, n) for n in names]
+    """Image files in `folder` and its subfolders, as torchvision's ImageFolder and Keras'
+    image_dataset_from_directory take a class's images, sorted by path. Hidden files and folders (.DS_Store,
+    Jupyter's .ipynb_checkpoints copies) and other extensions are ignored; links to folders are not followed."""
+    paths = []
+    for parent, folders, names in os.walk(folder):
+        folders[:] = [n for n in folders if not n.startswith(".")]
+        paths += [os.path.join(parent, n) for n in names
+                  if not n.startswith(".") and os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS]
+    return sorted(paths)
 
 
 def class_folders(root: str) -> list[str]:

@@ -226,16 +226,22 @@ def test_validation_in_class_folders_and_own_dataset(tmp_path):
             (tmp_path / split / cls).mkdir(parents=True)
             for i in range(n):
                 Image.new("RGB", (40, 30), (i * 40, 80, 20)).save(tmp_path / split / cls / f"{i}.jpg")
+    # a class's images in its subfolders count, as in torchvision's ImageFolder; hidden folders' do not
+    for folder, taken in (("more/deeper", True), (".ipynb_checkpoints", False)):
+        (tmp_path / "train" / "zebra" / folder).mkdir(parents=True)
+        Image.new("RGB", (40, 30)).save(tmp_path / "train" / "zebra" / folder / f"taken-{taken}.jpg")
     summary = bt.build_tfrecords(str(tmp_path / "out"), str(tmp_path / "train"), str(tmp_path / "val"),
                                  train_shards=2, validation_shards=1, resize="none", num_workers=1,
                                  log=logged.append)
     assert {"2 classes; resize none, JPEG quality 90, converting in this process",
-            "train: 6 images into 2 shards (0 already complete)",
+            "train: 7 images into 2 shards (0 already complete)",
             "validation: 4 images into 1 shard (0 already complete)"} <= set(logged), logged
     assert records.read_labels(str(tmp_path / "out")) == [("apple", "apple"), ("zebra", "zebra")]
     rows = read_shards(tmp_path / "out", "validation")
     assert sorted((r["synset"], r["label"]) for r in rows) == [("apple", 1)] * 2 + [("zebra", 2)] * 2
-    assert summary["train"]["images_written"] == 6
+    assert summary["train"]["images_written"] == 7
+    assert [r["filename"] for r in read_shards(tmp_path / "out", "train") if "taken" in r["filename"]] == [
+        "taken-True.jpg"]
 
 
 # ------------------------------------------------------------------------------------- bad input
