@@ -256,8 +256,12 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path, capsys
 
     exported = tfcnn.evaluate(str(export_dir), data_dir=stripes, batch_size=16)
     assert (exported.count, exported.top1) == (48, summary["validation"]["top1"])
-    # python -m tfcnn.export of the run without --data_dir: the class names of the dataset the run recorded
+    # the run scored without naming its dataset: the validation split of the one it read, said so
     logged = []
+    by_run = tfcnn.evaluate(str(log_dir), batch_size=16, progress=False, log=logged.append)
+    assert (by_run.count, by_run.top1, by_run.data_dir) == (48, summary["validation"]["top1"], stripes)
+    assert f"tfcnn.evaluate: on the validation split of {stripes}, the dataset the run read" in logged
+    # python -m tfcnn.export of the run without --data_dir: the class names of the dataset the run recorded
     tfcnn.export(str(log_dir), str(tmp_path / "export_again"), log=logged.append)
     assert (tmp_path / "export_again" / "labels.txt").read_text() == (export_dir / "labels.txt").read_text()
     assert f"tfcnn.export: class names from {os.path.join(stripes, 'labels.txt')}" in logged

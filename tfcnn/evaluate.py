@@ -3,9 +3,11 @@
     python -m tfcnn.evaluate --data_dir DIR (--checkpoint PATH | --log_dir DIR | --saved_model DIR |
         --model NAME --weights FILE_OR_NAME) [--batch_size 256] [--precision fp32|fp16|bf16] [--output FILE]
         [--data_backend tf|dali_cpu|dali_gpu]
+    python -m tfcnn.evaluate --log_dir DIR                     (the validation split of the dataset the run read)
     horovodrun -np 8 python -m tfcnn.evaluate ...    (ranks split the records; counts are summed)
 
     result = tfcnn.evaluate("runs/rn50", data_dir=DIR)         # or a checkpoint, SavedModel, zoo model
+    result = tfcnn.evaluate("runs/rn50")                       # a run: its own dataset's validation split
     result = tfcnn.evaluate(model, data=(x_val, y_val))        # data in memory; result.top1, result.count
 
 The weights say how to feed them: a tfcnn checkpoint (a path, the latest in --log_dir, or a
@@ -93,8 +95,9 @@ def evaluate(source, *, data_dir: str | None = None, data=None, model: str | Non
              num_classes: int | None = None, progress: bool = True, display_seconds: float = 30.0,
              log=print) -> EvalResult:
     """Top-1 / top-5 of `source` (a path, zoo model or RunResult: tfcnn.sources) over data_dir's validation
-    records, or over `data` in memory ((x, y) arrays or a Dataset of (image, label), 0-255 RGB; images
-    already at the input size are taken as they are, others get the evaluation view). Every rank counts
+    records (for a training run's log directory or RunResult, by default those of the dataset it read), or over
+    `data` in memory ((x, y) arrays or a Dataset of (image, label), 0-255 RGB; images already at the input size
+    are taken as they are, others get the evaluation view). Every rank counts
     its share; the counts are summed over ranks. precision: of a model built here (fp32, fp16, bf16).
     progress: rank 0 prints its progress every display_seconds."""
     import tensorflow as tf
@@ -104,8 +107,13 @@ def evaluate(source, *, data_dir: str | None = None, data=None, model: str | Non
     from tfcnn.metrics import accuracy, count_correct
     from tfcnn.precision import startup_notes
 
-    if (data_dir is None) == (data is None):
-        raise ValueError("evaluate needs data_dir (validation records) or data (in memory), one of them")
+    if data_dir is not None and data is not None:
+        raise ValueError("evaluate takes data_dir (validation records) or data (in memory), not both")
+    runs_dataset = sources.run_data_dir(source) if data_dir is None and data is None else None
+    data_dir = data_dir or runs_dataset
+    if data_dir is None and data is None:
+        raise ValueError("evaluate needs data_dir (validation records) or data (in memory): only a training run "
+                         "that read records gives its own (its log directory or RunResult)")
     if precision not in EVAL_PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(EVAL_PRECISIONS)}, received: {precision!r}")
     if batch_size < 1:
@@ -115,6 +123,8 @@ def evaluate(source, *, data_dir: str | None = None, data=None, model: str | Non
     log = log if chief else (lambda *_: None)
     for note in startup_notes(precision):
         log(f"tfcnn.evaluate: {note}")
+    if runs_dataset:
+        log(f"tfcnn.evaluate: on the validation split of {runs_dataset}, the dataset the run read")
     # Before any weights load: a clear error when the shards (or their DALI indexes) are missing, or the data
     # in memory are malformed.
     share = _rank_share(data_backend, data_dir, distributed.size(), distributed.rank()) if data is None else None
@@ -169,7 +179,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tfcnn.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="model name (default: what the checkpoint or SavedModel records)")
-    parser.add_argument("--data_dir", required=True, help="directory holding validation-*-of-* shards")
+    parser.add_argument("--data_dir", help="directory holding validation-*-of-* shards (default, with --log_dir: the "
+                                           "dataset the run read)")
     add_weight_sources(parser, "a SavedModel exported by training (--export_dir), tfcnn.convert or tfcnn.export")
     parser.add_argument("--batch_size", type=int, default=256)
     parser.add_argument("--precision", choices=EVAL_PRECISIONS, default="fp32")
@@ -182,6 +193,9 @@ def parse_args(argv=None):
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
     check_feed_flags(parser, args, ("batch_size", "image_size", "num_classes"))
+    if args.data_dir is None and not args.log_dir:
+        parser.error("--data_dir is required: the directory of the validation shards (only --log_dir defaults it, "
+                     "to the dataset its run read)")
     return args
 
 

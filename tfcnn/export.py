@@ -69,23 +69,12 @@ def export(source, output_dir: str, *, format: str = "saved_model", model: str |
                                      interpolation=interpolation, eval_crop=eval_crop, num_classes=num_classes,
                                      log=log)
     if data_dir is None:
-        data_dir = _run_data_dir(source)
+        data_dir = sources.run_data_dir(source)
     if format == "saved_model":
         from tfcnn.training.export import export_saved_model
 
         return export_saved_model(network, output_dir, data_dir, log)
     return onnx_export.export_onnx(network, output_dir, data_dir, calibration_images if int8 else 0, int8_target, log)
-
-
-def _run_data_dir(source) -> str | None:
-    """The dataset a training log directory's run read (its config.json's data_dir): its labels.txt goes beside
-    the export of a run without being named again (the export says whether it did)."""
-    log_dir = getattr(source, "log_dir", source)  # a RunResult's, or the path
-    if not isinstance(log_dir, (str, os.PathLike)) or not os.path.isdir(log_dir):
-        return None
-    from tfcnn.training.plan import previous_config
-
-    return (previous_config(os.fspath(log_dir)) or {}).get("data_dir")  # None: trained on arrays in memory
 
 
 def parse_args(argv=None):

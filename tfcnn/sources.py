@@ -40,6 +40,18 @@ def describe(source) -> str:
     return f"{model.name} (in memory)" if model is not None else os.fspath(_as_path(source))
 
 
+def run_data_dir(source) -> str | None:
+    """The dataset a training log directory's run (or a RunResult's) read, from its config.json: its
+    validation split is what evaluate scores without a data_dir, its labels.txt what an export carries.
+    None for any other source, or a run trained on arrays in memory."""
+    log_dir = getattr(source, "log_dir", source)
+    if not isinstance(log_dir, (str, os.PathLike)) or not os.path.isdir(log_dir):
+        return None
+    from tfcnn.training.plan import previous_config
+
+    return (previous_config(os.fspath(log_dir)) or {}).get("data_dir")
+
+
 def _is_run_result(source) -> bool:
     return hasattr(source, "status") and hasattr(source, "summary")
 
