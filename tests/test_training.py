@@ -1,4 +1,5 @@
 """Training: schedules, optimizers, learning, resume, export, bad input, and real multi-process runs."""
+import dataclasses
 import importlib.util
 import json
 import os
@@ -13,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from tfcnn.training import NonFiniteLossError, make_config, train
-from tfcnn import checkpoints
+from tfcnn import checkpoints, sources
 from tfcnn.training.optimizers import build_optimizer, decayed_variables
 from tfcnn.training.schedules import WarmupDecay
 
@@ -261,6 +262,10 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path, capsys
     by_run = tfcnn.evaluate(str(log_dir), batch_size=16, progress=False, log=logged.append)
     assert (by_run.count, by_run.top1, by_run.data_dir) == (48, summary["validation"]["top1"], stripes)
     assert f"tfcnn.evaluate: on the validation split of {stripes}, the dataset the run read" in logged
+    from tfcnn.train import RunResult
+
+    in_memory = dataclasses.replace(RunResult.from_summary(summary), log_dir=None)  # a notebook's run, no log_dir
+    assert sources.run_data_dir(in_memory) == stripes  # its recorded config still names the dataset
     # python -m tfcnn.export of the run without --data_dir: the class names of the dataset the run recorded
     tfcnn.export(str(log_dir), str(tmp_path / "export_again"), log=logged.append)
     assert (tmp_path / "export_again" / "labels.txt").read_text() == (export_dir / "labels.txt").read_text()

@@ -44,12 +44,13 @@ def run_data_dir(source) -> str | None:
     """The dataset a training log directory's run (or a RunResult's) read, from its config.json: its
     validation split is what evaluate scores without a data_dir, its labels.txt what an export carries.
     None for any other source, or a run trained on arrays in memory."""
-    log_dir = getattr(source, "log_dir", source)
-    if not isinstance(log_dir, (str, os.PathLike)) or not os.path.isdir(log_dir):
+    if _is_run_result(source):
+        return (source.summary.get("config") or {}).get("data_dir")
+    if not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source):
         return None
     from tfcnn.training.plan import previous_config
 
-    return (previous_config(os.fspath(log_dir)) or {}).get("data_dir")
+    return (previous_config(os.fspath(source)) or {}).get("data_dir")
 
 
 def _is_run_result(source) -> bool:
