@@ -176,6 +176,31 @@ def test_unset_warmup_and_view_fit_the_images_and_the_run_and_far_settings_are_n
     assert make_plan(make_config("resnet50_90e"), train_records=1_281_167).notes == []
 
 
+def test_unset_image_size_is_the_records_own_where_smaller_from_scratch(stripes, testnet, tmp_path):
+    """From scratch on records of images smaller than the model's input size, a run takes theirs (the stripes:
+    48 px, the shorter side), raised to the model's smallest, and says so; given a size, initial weights, or
+    larger images, the model's. make_plan alone: nothing is built."""
+    from tfcnn.data import pipeline
+    from tfcnn.training.plan import make_plan
+
+    def plan(**options):
+        return make_plan(make_config(**{"model": "resnet18", "data_dir": stripes, "batch_size": 8, **options}))
+
+    assert pipeline.stored_image_size(stripes) == 48
+    own = plan()
+    assert (own.image_size, own.config.train_crop, own.data_config.input_size) == (48, "small", 48)
+    assert own.notes == ["note: image size 48 px: the training records' images are 48 px (the median shorter side "
+                         "of a sample), not resnet18's 224; --image_size sets another"]
+    assert (plan(image_size=64).image_size, plan(image_size=64).notes) == (64, [])
+    inception = plan(model="inception_v3")
+    assert inception.image_size == 75 and "48 px (the median shorter side of a sample), raised to inception_v3's " \
+                                          "smallest, not inception_v3's 299" in inception.notes[0]
+    assert (plan(model="testnet").image_size, plan(model="testnet").notes) == (32, [])  # its 32 px: smaller
+    weights = tmp_path / "init"
+    train(make_config(**{**TINY, "model": "resnet18"}, num_iter=1, iter_unit="batch", log_dir=str(weights)))
+    assert plan(init_weights=str(weights)).image_size == 32  # the weights' own size (TINY's)
+
+
 def test_slow_precision_and_xla_without_a_gpu_are_named(monkeypatch):
     from tfcnn import precision
 

@@ -62,6 +62,26 @@ def count_records(data_dir: str, files: list[str]) -> int:
     return int(tf.data.TFRecordDataset(files).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
 
 
+def stored_image_size(data_dir: str, sample: int = 256) -> int | None:
+    """The median shorter side of the train split's stored images (their image/height and image/width), read from
+    up to `sample` records spread over up to 16 of its shards; None where the records do not say (or cannot be
+    read: training then names the damage)."""
+    import numpy as np
+
+    files = list_shards(data_dir, "train")
+    picked = files[::-(-len(files) // 16)]
+    schema = {key: records.features()[key] for key in ("image/height", "image/width")}
+    first = tf.data.Dataset.from_tensor_slices(picked).interleave(
+        lambda path: tf.data.TFRecordDataset(path).take(-(-sample // len(picked))), cycle_length=1)
+    try:
+        parsed = tf.io.parse_example(next(iter(first.batch(sample))), schema)
+    except tf.errors.OpError:
+        return None
+    sides = np.minimum(parsed["image/height"].numpy(), parsed["image/width"].numpy())
+    sides = sides[sides > 0]  # 0: a record that does not say
+    return int(np.median(sides)) if sides.size else None
+
+
 def num_classes_of(data_dir: str | None, default: int = 1000) -> int:
     """Number of classes from labels.txt beside the shards, else `default`."""
     labels = records.read_labels(data_dir) if data_dir else None

@@ -36,8 +36,9 @@ class TrainConfig:
     data_backend: str = option("tf", "input pipeline: tf (tf.data), dali_cpu or dali_gpu (NVIDIA DALI, decoding on the "
                                      "CPU or the GPU; make install DALI=1)")
     num_classes: int | None = option(None, "default: the number of lines of labels.txt beside the shards, else 1000")
-    image_size: int | None = option(None, "default: the model's input size; smaller sizes let small datasets and CPUs "
-                                          "train")
+    image_size: int | None = option(None, "default: the model's (or --init_weights') input size; from scratch on "
+                                          "records of smaller images, theirs (arrays in memory: their size); smaller "
+                                          "sizes let small datasets and CPUs train")
     batch_size: int = option(256, "images per GPU (per process) and micro-batch (a step, without accumulation)")
     grad_accum_steps: int = option(1, "micro-batches per optimizer step on every rank (gradient accumulation): the "
                                       "global batch is batch_size x ranks x this")
