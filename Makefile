@@ -114,8 +114,9 @@ install: $(STAMP) $(EXTRAS)
 	@cat $(BUILD_REPORT)
 	@# Where PYTHONDONTWRITEBYTECODE is set, no process caches tfcnn's compiled modules and each compiles them
 	@# again (0.15-0.2 CPU-s a process; the tests start a few hundred): compiled here once, as pip compiles
-	@# what it installs. Python reads them with the variable set; stale ones are made again.
-	@$(PY) -m compileall -q tfcnn examples imagenet_prep bench tests > /dev/null
+	@# what it installs. Python reads them with the variable set; stale ones are made again. A file that does not
+	@# compile fails where it is imported, as before, not here.
+	@$(PY) -m compileall -q tfcnn examples imagenet_prep bench tests > /dev/null || true
 
 # The stamp depends on what decides the install; a second `make install` only prints the build report.
 $(STAMP): setup.py Makefile $(HOROVOD_PATCHES) patches/build_horovod.sh patches/find_cuda.sh
