@@ -199,12 +199,13 @@ def test_callbacks_see_the_runs_epochs_and_a_callbacks_stop_keeps_its_step(testn
 def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
     sizes = [(40, 56), (64, 48), (33, 33)]
     images = [tf.cast(tf.fill([h, w, 3], 200.0), tf.float32) for h, w in sizes]
-    dataset = tf.data.Dataset.from_generator(lambda: ((image, 1) for image in images * 8),
+    dataset = tf.data.Dataset.from_generator(lambda: ((image, k % 3) for k, image in enumerate(images * 8)),
                                              output_signature=(tf.TensorSpec([None, None, 3], tf.float32),
                                                                tf.TensorSpec([], tf.int64)))
-    result = tfcnn.train(model="testnet", train_data=dataset, num_classes=2, image_size=32, batch_size=8, num_iter=1,
-                         warmup_epochs=0)
+    result = tfcnn.train(model="testnet", train_data=dataset, image_size=32, batch_size=8, num_iter=1, warmup_epochs=0)
     assert (result.status, result.step) == ("complete", 3)  # 24 examples counted by one pass: 3 steps
+    # that pass read the labels too: 3 classes, the largest label + 1 (not ImageNet's 1000)
+    assert result.summary["config"]["num_classes"] == 3 and result.model.output_shape[-1] == 3
     # augment=False: prepared images are taken as they are (no crop, no flip)
     from tfcnn.data import memory
 

@@ -92,7 +92,8 @@ def train(config_or_recipe: TrainConfig | str | None = None, *, train_data=None,
       prepared images as they are: train_crop and augment 'none'); each rank takes its own share (every
       size-th example), and val_data is evaluated at the end of every validation_every-th epoch and after
       training, each example once over all ranks.
-      num_classes and image_size default to what the arrays show (max label + 1; their size when square).
+      num_classes and image_size default to what the data show (the largest label + 1, of a Dataset read as it
+      is counted; the images' size when square, of a Dataset when static).
       Resuming (the same log_dir) continues the exact batch stream for the same arrays, or for a Dataset
       that yields the same examples in the same order each time (see tfcnn.data.memory).
     callbacks: Keras callbacks, run after tfcnn's own at every step; their `self.model` is the trainer,

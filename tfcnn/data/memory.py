@@ -106,6 +106,14 @@ def count(data) -> int:
     return _size(examples(data)[0])
 
 
+def count_and_classes(data) -> tuple[int, int]:
+    """(how many examples, the largest label + 1) of `data`, in the one pass that counts a Dataset."""
+    dataset = examples(data)[0]
+    count, top = dataset.reduce((tf.constant(0, tf.int64), tf.constant(-1, tf.int32)),
+                                lambda state, example: (state[0] + 1, tf.maximum(state[1], example[1])))
+    return int(count), int(top) + 1
+
+
 def _size(dataset) -> int:
     size = int(dataset.cardinality())
     return size if size >= 0 else int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))

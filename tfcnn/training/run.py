@@ -56,7 +56,12 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
         raise ValueError("--elastic trains on --data_dir's records only, not on data given in memory")
     if batches is not None and not epoch_images:
         raise ValueError("training on given batches needs epoch_images (the images of an epoch)")
-    if train_data is not None:
+    if isinstance(train_data, tf.data.Dataset) and config.num_classes is None:
+        # A Dataset shows its classes only when read: the largest label + 1, as arrays give theirs, read in the pass
+        # that counts it (else ImageNet's 1000 classes for a dataset of a few).
+        epoch_images, classes = memory.count_and_classes(train_data)
+        config = dataclasses.replace(config, num_classes=classes) if epoch_images else config
+    elif train_data is not None:
         epoch_images = memory.count(train_data)
     plan = make_plan(config, train_records=epoch_images)
     config = plan.config
