@@ -91,9 +91,9 @@ TF_PACKAGE := $(if $(filter 1,$(HAS_GPU)),tensorflow[and-cuda],tensorflow-cpu)==
 # directory (under 100 MiB) comes after the downloads are gone.
 INSTALL_SPACE_MIB := $(if $(filter 1,$(HAS_GPU)),6600 3200,2900 500)
 LANE_ID := TensorFlow $(TF_VERSION)$(if $(filter 1,$(HAS_GPU)), with CUDA), Python $(PY_VERSION)
-# Built Horovod wheels, each under a name that says what it fits (patches/build_horovod.sh).
 # horovodrun --check-build's report on the venv's Horovod.
 BUILD_REPORT := $(VENV)/.tfcnn-horovod-report
+# Built Horovod wheels, each under a name that says what it fits (patches/build_horovod.sh).
 HOROVOD_CACHE := $${XDG_CACHE_HOME:-$$HOME/.cache}/tfcnn
 BUILD_HOROVOD := HOROVOD_VERSION=$(HOROVOD_VERSION) WANT_MPI=$(HAS_MPI) WANT_GPU=$(WANT_GPU_OPS) \
   bash patches/build_horovod.sh $(PY) "$(HOROVOD_CACHE)"

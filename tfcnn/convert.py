@@ -15,8 +15,7 @@ torchvision file name, else the family's usual, said so; the flags override it).
 --export also writes OUTPUT_DIR/saved_model (both serving signatures, fed as the weights expect).
 OUTPUT_DIR/convert.json says what was loaded and skipped; OUTPUT_DIR is new, empty or an older conversion,
 which the new one replaces whole once written (a training run's directory is refused: it would lose its
-checkpoints). Loading is strict: a file of another
-architecture is refused naming its keys. --weights also takes a published weights name ("imagenet",
+checkpoints). Loading is strict: a file of another architecture is refused naming its keys. --weights also takes a published weights name ("imagenet",
 python -m tfcnn.models NAME lists a model's), downloaded once into the weights cache.
 
     tfcnn.convert("resnet50", "resnet50-0676ba61.pth", "runs/rn50_tv", num_classes=10, new_head=True)

@@ -97,8 +97,8 @@ def evaluate(source, *, data_dir: str | None = None, data=None, model: str | Non
     """Top-1 / top-5 of `source` (a path, zoo model or RunResult: tfcnn.sources) over data_dir's validation
     records (for a training run's log directory or RunResult, by default those of the dataset it read), or over
     `data` in memory ((x, y) arrays or a Dataset of (image, label), 0-255 RGB; images already at the input size
-    are taken as they are, others get the evaluation view). Every rank counts
-    its share; the counts are summed over ranks. precision: of a model built here (fp32, fp16, bf16).
+    are taken as they are, others get the evaluation view). Every rank counts its share; the counts are summed
+    over ranks. precision: of a model built here (fp32, fp16, bf16).
     progress: rank 0 prints its progress every display_seconds."""
     import tensorflow as tf
 
