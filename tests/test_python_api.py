@@ -234,6 +234,11 @@ def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), batch_size=32),
      r"16 training images cannot fill one global batch of 32 \(--batch_size 32 x 1 ranks\): pass a --batch_size "
      r"of at most 16$"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), batch_size=4, optimizer_batch_size=32),
+     r"cannot fill one global batch of 32 \(--batch_size 4 x 8 accumulated x 1 ranks\): pass an "
+     r"--optimizer_batch_size of at most 16 \(a multiple of --batch_size x ranks = 4\)$"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), batch_size=32, optimizer_batch_size=64),
+     r"pass a --batch_size of at most 16 and an --optimizer_batch_size of a multiple of it x ranks$"),
     (lambda x, y: tfcnn.train(model="testnet", val_data=(x, y)), "val_data needs train_data"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), callbacks=[tf.keras.callbacks.ReduceLROnPlateau()]),
      r"callbacks: ReduceLROnPlateau sets a learning rate that tfcnn's schedule ignores .* lr_schedule \(cosine, "),

@@ -95,8 +95,16 @@ def make_plan(config: TrainConfig, train_records: int | None = None) -> Plan:
         raise ValueError("--elastic needs --iter_unit epoch: how many images a batch is depends on the world size")
     if steps_per_epoch < 1:
         accumulated = f" x {config.grad_accum_steps} accumulated" if config.grad_accum_steps > 1 else ""
-        fits = records // (config.grad_accum_steps * distributed.size())  # the largest batch_size that fills one
-        way_out = f"pass a --batch_size of at most {fits}" if fits else "use fewer ranks or accumulation steps"
+        per_step = config.batch_size * distributed.size()
+        if config.optimizer_batch_size and records >= per_step:  # it sets the accumulation: a smaller one fits
+            way_out = (f"pass an --optimizer_batch_size of at most {records // per_step * per_step} (a multiple of "
+                       f"--batch_size x ranks = {per_step})")
+        else:
+            fits = records // (config.grad_accum_steps * distributed.size())  # the largest batch_size that fills one
+            way_out = f"pass a --batch_size of at most {fits}" if fits else "use fewer ranks or accumulation steps"
+            if config.optimizer_batch_size:
+                way_out = (f"pass a --batch_size of at most {records // distributed.size()} and an "
+                           f"--optimizer_batch_size of a multiple of it x ranks")
         raise ValueError(f"{records} training images cannot fill one global batch of {global_batch} "
                          f"(--batch_size {config.batch_size}{accumulated} x {distributed.size()} ranks): {way_out}")
     total = config.num_iter * steps_per_epoch if config.iter_unit == "epoch" else config.num_iter
