@@ -66,13 +66,16 @@ def stored_image_size(data_dir: str, sample: int = 256) -> int | None:
     """The median shorter side of the train split's stored images (their image/height and image/width), read from
     up to `sample` records spread over up to 16 of its shards; None where the records do not say (or cannot be
     read: training then names the damage)."""
+    import math
+
     import numpy as np
 
     files = list_shards(data_dir, "train")
-    picked = files[::-(-len(files) // 16)]
+    picked = files[::math.ceil(len(files) / 16)]
+    per_file = math.ceil(sample / len(picked))
     schema = {key: records.features()[key] for key in ("image/height", "image/width")}
     first = tf.data.Dataset.from_tensor_slices(picked).interleave(
-        lambda path: tf.data.TFRecordDataset(path).take(-(-sample // len(picked))), cycle_length=1)
+        lambda path: tf.data.TFRecordDataset(path).take(per_file), cycle_length=1)
     try:
         parsed = tf.io.parse_example(next(iter(first.batch(sample))), schema)
     except tf.errors.OpError:
