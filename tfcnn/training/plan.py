@@ -73,10 +73,10 @@ def make_plan(config: TrainConfig, train_records: int | None = None) -> Plan:
         options = {**options, **(config.model_options or {})}
         data = data.replace(mean=config.mean, std=config.std, eval_crop=config.eval_crop)
     previous = previous_config(config.log_dir)  # the run already in --log_dir, whose unset values a rerun keeps
-    from_scratch = not (checkpoint or config.init_weights)
-    input_size, size_notes = _default_image_size(config, data.input_size, from_scratch)
-    config = _resolve(_resolve_accumulation(config, distributed.size()), input_size, previous)
     info = model_info(config.model)
+    from_scratch = not (checkpoint or config.init_weights)
+    input_size, size_notes = _default_image_size(config, data.input_size, info.min_size, from_scratch)
+    config = _resolve(_resolve_accumulation(config, distributed.size()), input_size, previous)
     if config.image_size < info.min_size:
         raise ValueError(f"--image_size must be >= {info.min_size} for {config.model}, received: {config.image_size}")
     global_batch = config.rank_batch * distributed.size()
@@ -173,7 +173,8 @@ def _resolve_accumulation(config: TrainConfig, ranks: int) -> TrainConfig:
     return dataclasses.replace(config, grad_accum_steps=steps)
 
 
-def _default_image_size(config: TrainConfig, input_size: int, from_scratch: bool) -> tuple[int, list[str]]:
+def _default_image_size(config: TrainConfig, input_size: int, min_size: int,
+                        from_scratch: bool) -> tuple[int, list[str]]:
     """The image size a run takes without --image_size, and a note when it is not the model's: the input size of
     the model (or of its initial weights), but a model trained from scratch on records of smaller images takes
     theirs (the median shorter side of a sample), as it takes the size of arrays in memory. Upscaled, small images
@@ -184,7 +185,7 @@ def _default_image_size(config: TrainConfig, input_size: int, from_scratch: bool
     stored = pipeline.stored_image_size(config.data_dir)
     if not stored or stored >= input_size:
         return input_size, []
-    size = max(stored, model_info(config.model).min_size)
+    size = max(stored, min_size)
     raised = f", raised to {config.model}'s smallest" if size > stored else ""
     return size, [f"note: image size {size} px: the training records' images are {stored} px (the median shorter "
                   f"side of a sample){raised}, not {config.model}'s {input_size}; --image_size sets another"]
