@@ -83,13 +83,17 @@ def test_small_real_images_learn_under_the_defaults():
     """Issue 47's notebook run, shortened to 2 epochs: ResNet-18 on scikit-learn's handwritten digits at 32 px
     (tests/digits.py: 1,437 train / 360 validation, 10 classes), batch 32, nothing else set. The defaults fit the
     data: 80-100% crops and a warmup of a tenth of the run reached 0.86 here, where ImageNet's 8-100% crops and
-    5-epoch warmup stayed at chance (0.06; in 6 epochs 0.72-0.76 against 0.96: CHANGELOG.md, 2026-12-04)."""
-    (x, y), (x_val, y_val) = digits.load(32)
+    5-epoch warmup stayed at chance (0.06; in 6 epochs 0.72-0.76 against 0.96: CHANGELOG.md, 2026-12-04). The
+    digits are given as they come, grayscale [N, 32, 32]: tfcnn repeats their grey over R, G and B, the batches
+    test_grayscale_images_are_their_grey_in_rgb compares with the RGB drawing's."""
+    (x, y), (x_val, y_val) = digits.load(32, rgb=False)
     result = tfcnn.train(model="resnet18", train_data=(x, y), val_data=(x_val, y_val), batch_size=32, num_iter=2,
                          seed=1, display_every=1000)
     config = result.summary["config"]
-    assert (config["train_crop"], config["warmup_epochs"], config["num_classes"]) == ("small", 0.2, 10)
+    assert (config["train_crop"], config["warmup_epochs"], config["num_classes"], config["image_size"]) == \
+        ("small", 0.2, 10, 32)
     assert result.validation["count"] == 360 and result.validation["top1"] >= 0.75, result.validation_history
+    assert tfcnn.evaluate(result, data=(x_val, y_val), log=quiet).top1 == result.validation["top1"]
 
 
 def test_in_memory_training_under_horovodrun_gives_each_rank_a_disjoint_share(tmp_path):
@@ -219,9 +223,36 @@ def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
     assert sorted(map(bytes, batch)) == sorted(map(bytes, x))
 
 
+def test_grayscale_images_are_their_grey_in_rgb():
+    """[N, H, W] and [N, H, W, 1] arrays, and Datasets of [H, W] and of batched [B, H, W, 1] images, give the
+    batches of the same images drawn in RGB (the grey repeated over R, G and B), in training and evaluation."""
+    from tfcnn.data import memory
+
+    rng = np.random.default_rng(5)
+    grey, y = rng.integers(0, 256, (8, 12, 10), np.uint8), rng.integers(0, 3, 8)
+    rgb = np.repeat(grey[..., None], 3, axis=-1)
+    forms = {"[N, H, W]": (grey, y), "[N, H, W, 1]": (grey[..., None], y),
+             "Dataset of [H, W]": tf.data.Dataset.from_tensor_slices((grey, y)),
+             "Dataset of [B, H, W, 1]": tf.data.Dataset.from_tensor_slices((grey[..., None], y)).batch(3)}
+    views = {"train": lambda data: memory.train_batches(data, batch_size=8, image_size=8, num_classes=3, seed=4),
+             "eval": lambda data: memory.eval_batches(data, batch_size=8, image_size=8, num_classes=3,
+                                                      crop_fraction=0.875)}
+    for view, batches in views.items():
+        expected, labels = (t.numpy() for t in next(iter(batches((rgb, y)))))
+        assert len(np.unique(expected)) > 8  # the drawn images, not a constant
+        for form, data in forms.items():
+            images, got = (t.numpy() for t in next(iter(batches(data))))
+            np.testing.assert_array_equal(images, expected, err_msg=f"{view}: {form}")
+            np.testing.assert_array_equal(got, labels)
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), data_dir="/data"), "train_data and data_dir"),
-    (lambda x, y: tfcnn.train(model="testnet", train_data=(x[..., 0], y)), r"x must be \[count, height, width, 3\]"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x[..., :2], y)),
+     r"x must be \[count, height, width, 3\] RGB images or \[count, height, width\(, 1\)\] grayscale ones, received "
+     r"shape \(16, 16, 16, 2\)$"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=tf.data.Dataset.from_tensor_slices((x[..., :2], y))),
+     r"images must be \[height, width, 3\] RGB or \[height, width\(, 1\)\] grayscale, received shape \(16, 16, 2\)$"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y[:-1])), "y must be .* matching x's 16 images"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, np.eye(2)[y])),
      r"train_data: y holds one-hot rows \(\[count, 2\]\); pass the class numbers, y.argmax\(axis=1\)$"),

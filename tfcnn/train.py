@@ -139,11 +139,13 @@ def _shown_by(data) -> dict:
     if isinstance(data, (tuple, list)) and len(data) == 2:
         x, y = np.asarray(data[0]), np.asarray(data[1])
         shown = {"num_classes": int(y.max()) + 1 if y.size and np.issubdtype(y.dtype, np.integer) else None}
-        shape = x.shape[1:3] if x.ndim == 4 else None
+        shape = x.shape[1:3] if x.ndim in (3, 4) else None  # RGB or grayscale, with or without its channel axis
     else:
         spec = getattr(data, "element_spec", None)
         image = spec[0] if isinstance(spec, tuple) and spec else None
-        shown, shape = {}, (tuple(image.shape[-3:-1]) if image is not None and image.shape.rank in (3, 4) else None)
+        rank = image.shape.rank if image is not None else None
+        shown, shape = {}, (tuple(image.shape[:2]) if rank == 2 else tuple(image.shape[-3:-1]) if rank in (3, 4)
+                            else None)
     if shape and shape[0] == shape[1] and shape[0] is not None:
         shown["image_size"] = int(shape[0])
     return shown

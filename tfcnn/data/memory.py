@@ -2,8 +2,11 @@
 (image, label) examples, for `tfcnn.train(train_data=..., val_data=...)` and `tfcnn.evaluate(data=...)`.
 
 Images are RGB, uint8 or float on the 0-255 scale, [height, width, 3] of any size (a Dataset's examples may
-differ in size); labels are 0-based integers ([count], or [count, 1] as keras.datasets gives them). Float
-arrays on the 0-1 scale or with negative values (normalized already) are refused with the way out. The
+differ in size); grayscale ones, [height, width] or [height, width, 1] (keras.datasets' MNIST, scikit-learn's
+digits), have their grey repeated over R, G and B, as imagenet_prep does with grayscale JPEGs, so the models
+(and any ImageNet weights) see RGB. Labels are 0-based integers ([count], or [count, 1] as keras.datasets
+gives them). Float arrays on the 0-1 scale or with negative values (normalized already) are refused with the
+way out. The
 batches are what the TFRecord pipeline yields (uint8 [batch, size, size, 3], int32 [batch]), so the trainer
 and the evaluator never know where they came from.
 
@@ -52,8 +55,12 @@ def check(data, what: str = "train_data", num_classes: int | None = None):
         image_spec, label_spec = spec
         if image_spec.shape.rank == 4:  # batched: the batches are tfcnn's to make
             data, image_spec = data.unbatch(), tf.TensorSpec(image_spec.shape[1:], image_spec.dtype)
-        if image_spec.shape.rank != 3 or image_spec.shape[-1] not in (3, None):
-            raise ValueError(f"{what}: images must be [height, width, 3] RGB, received shape {image_spec.shape}")
+        if image_spec.shape.rank == 2:  # [height, width] grayscale: given its channel axis
+            data, image_spec = data.map(lambda image, label: (image[..., None], label)), \
+                tf.TensorSpec([*image_spec.shape, 1], image_spec.dtype)
+        if image_spec.shape.rank != 3 or image_spec.shape[-1] not in (1, 3, None):
+            raise ValueError(f"{what}: images must be [height, width, 3] RGB or [height, width(, 1)] grayscale, "
+                             f"received shape {image_spec.shape}")
         if not label_spec.dtype.is_integer:
             raise ValueError(f"{what}: labels must be integers (0-based classes), received {label_spec.dtype.name}")
         if int(data.cardinality()) == tf.data.INFINITE_CARDINALITY:
@@ -63,8 +70,11 @@ def check(data, what: str = "train_data", num_classes: int | None = None):
         raise ValueError(f"{what}: pass (x, y) arrays or a tf.data.Dataset of (image, label), received "
                          f"{type(data).__name__}")
     x, y = np.asarray(data[0]), np.asarray(data[1])
-    if x.ndim != 4 or x.shape[-1] != 3:
-        raise ValueError(f"{what}: x must be [count, height, width, 3] RGB images, received shape {x.shape}")
+    if x.ndim == 3:  # [count, height, width] grayscale: given its channel axis (a view, no copy)
+        x = x[..., None]
+    if x.ndim != 4 or x.shape[-1] not in (1, 3):
+        raise ValueError(f"{what}: x must be [count, height, width, 3] RGB images or [count, height, width(, 1)] "
+                         f"grayscale ones, received shape {np.shape(data[0])}")
     if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
         raise ValueError(f"{what}: x must hold numbers on the 0-255 scale, received dtype {x.dtype}")
     _check_scale(x, what)
@@ -98,7 +108,10 @@ def _check_scale(x: np.ndarray, what: str):
 
 
 def _as_example(image, label):
-    return tf.cast(image, tf.float32), tf.cast(label, tf.int32)
+    image = tf.cast(image, tf.float32)
+    if image.shape[-1] != 3:  # grayscale, or a Dataset's channels unknown until read: the grey over R, G and B
+        image = tf.broadcast_to(image, tf.concat([tf.shape(image)[:-1], [3]], 0))
+    return image, tf.cast(label, tf.int32)
 
 
 def count(data) -> int:
