@@ -10,6 +10,7 @@ import io
 import re
 import xml.etree.ElementTree as ET
 
+import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 _RESIZE_RE = re.compile(r"^(?:(none)|shorter:(\d+)|stretch:(\d+)x(\d+))$")
@@ -97,9 +98,15 @@ def _open(data: bytes) -> Image.Image:
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:
-    """RGB; transparent pixels become white rather than whatever colour hides under alpha 0."""
+    """RGB; transparent pixels become white rather than whatever colour hides under alpha 0, and 16-bit grey
+    is scaled to 8 bits (65535 -> 255)."""
     if image.mode == "RGB":
         return image
+    if image.mode.startswith("I;16") or image.mode == "I":
+        # 16-bit grey (scientific and medical PNGs, TIFFs; Pillow opens them as I;16, older Pillows as I): its
+        # convert() clips every value above 255, which turns such an image white.
+        grey = np.clip(np.round(np.asarray(image, np.float64) / 257), 0, 255).astype(np.uint8)
+        return Image.fromarray(grey, "L").convert("RGB")
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
         rgba = image.convert("RGBA")
         background = Image.new("RGB", rgba.size, (255, 255, 255))

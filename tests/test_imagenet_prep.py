@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
@@ -99,6 +100,19 @@ def test_png_and_cmyk_are_detected_by_content_and_become_rgb_jpeg():
         decoded = tf.io.decode_jpeg(converted.jpeg).numpy()
         assert decoded.shape == (30, 40, 3)
     assert tuple(decoded[15, 20]) == pytest.approx((220, 40, 40), abs=12)  # CMYK colours survive
+
+
+def test_16_bit_grey_is_scaled_to_8_bits_not_clipped():
+    """Pillow's convert('RGB') clips 16-bit grey at 255 (all but the darkest 0.4% of the range turn white)."""
+    levels = np.array([[0, 16384, 49151, 65535]], np.uint16).repeat(16, axis=0).repeat(16, axis=1)  # 16 x 64
+    png = io.BytesIO()
+    Image.fromarray(levels).save(png, "PNG")
+    assert Image.open(io.BytesIO(png.getvalue())).mode.startswith("I")
+    converted = convert_image(png.getvalue(), ResizeSpec("none"), 90)
+    decoded = tf.io.decode_jpeg(converted.jpeg).numpy()
+    assert decoded.shape == (16, 64, 3)
+    centres = decoded[8, 8::16].astype(int)  # the middle of each level's block, every channel
+    np.testing.assert_allclose(centres, np.repeat([[0], [64], [191], [255]], 3, axis=1), atol=2)
 
 
 def test_truncated_jpeg_raises():

@@ -258,6 +258,8 @@ def test_grayscale_images_are_their_grey_in_rgb():
      r"train_data: y holds one-hot rows \(\[count, 2\]\); pass the class numbers, y.argmax\(axis=1\)$"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x / 255.0, y)),
      r"train_data: x holds values from \S+ to \S+: images on the 0-1 scale\? .* pass x \* 255$"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x.astype(np.uint16) * 257, y)),
+     r"train_data: x holds values from \S+ to 6.55e\+04: 16-bit images\? .* pass x / 257 \(65535 -> 255\)$"),
     (lambda x, y: tfcnn.evaluate("imagenet", model="resnet18", data=((x - 128.0) / 64, y)),
      r"data: x holds values from -\S+ to \S+: normalized images\? tfcnn takes RGB on the 0-255 scale"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), num_classes=1, batch_size=8),

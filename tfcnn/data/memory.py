@@ -5,10 +5,9 @@ Images are RGB, uint8 or float on the 0-255 scale, [height, width, 3] of any siz
 differ in size); grayscale ones, [height, width] or [height, width, 1] (keras.datasets' MNIST, scikit-learn's
 digits), have their grey repeated over R, G and B, as imagenet_prep does with grayscale JPEGs, so the models
 (and any ImageNet weights) see RGB. Labels are 0-based integers ([count], or [count, 1] as keras.datasets
-gives them). Float arrays on the 0-1 scale or with negative values (normalized already) are refused with the
-way out. The
-batches are what the TFRecord pipeline yields (uint8 [batch, size, size, 3], int32 [batch]), so the trainer
-and the evaluator never know where they came from.
+gives them). Arrays on another scale (floats on 0-1, normalized already, or 16-bit) are refused with the way
+out. The batches are what the TFRecord pipeline yields (uint8 [batch, size, size, 3], int32 [batch]), so the
+trainer and the evaluator never know where they came from.
 
 Each rank takes every size-th example from its rank on (arrays: x[rank::size]; a Dataset: its
 `shard(size, rank)`): the shares are disjoint and cover the data. Training mirrors the records' stream
@@ -94,15 +93,21 @@ def check(data, what: str = "train_data", num_classes: int | None = None):
 
 
 def _check_scale(x: np.ndarray, what: str):
-    """Refuses float images scaled otherwise (x / 255, or already normalized): trained on, they would give a
-    model whose exports and evaluation, which take 0-255 pixels, see other inputs than it learnt from."""
-    if not len(x) or not np.issubdtype(x.dtype, np.floating):
+    """Refuses images on another scale: 16-bit ones (up to 65535), floats on 0-1 (x / 255) or normalized
+    already: trained on, they would give a model whose exports and evaluation, which take 0-255 pixels, see
+    other inputs than it learnt from."""
+    if not len(x) or x.dtype == np.uint8:
         return
-    low, high = float(x.min()), float(x.max())
+    low, high, floats = float(x.min()), float(x.max()), np.issubdtype(x.dtype, np.floating)
     if low < 0:
         raise ValueError(f"{what}: x holds values from {low:.3g} to {high:.3g}: normalized images? tfcnn takes RGB "
                          f"on the 0-255 scale and normalizes them itself (with the model's mean and std)")
-    if 0 < high <= 1:
+    # Floats a little above 255 are a bicubic resize's overshoot (the pipeline clips them); 16- and 12-bit
+    # images reach 4095-65535.
+    if high > (2 * 255 if floats else 255):
+        raise ValueError(f"{what}: x holds values from {low:.3g} to {high:.3g}: 16-bit images? tfcnn takes RGB on "
+                         f"the 0-255 scale, as its exports and evaluation do: pass x / 257 (65535 -> 255)")
+    if floats and 0 < high <= 1:
         raise ValueError(f"{what}: x holds values from {low:.3g} to {high:.3g}: images on the 0-1 scale? tfcnn takes "
                          f"RGB on the 0-255 scale, as its exports and evaluation do: pass x * 255")
 
