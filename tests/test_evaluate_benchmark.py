@@ -212,11 +212,22 @@ def test_plots_are_written(tmp_path):
         for k, m in enumerate(("resnet18", "resnet50"), start=1) for b in (1, 2, 4)]}
     (tmp_path / "benchmark.json").write_text(json.dumps(benchmark))
     (tmp_path / "eval.json").write_text(json.dumps({"model": "resnet18", "top1": 0.7, "top5": 0.9, "count": 10}))
+    # a run's metrics.jsonl (its lines as the trainer writes them; test_python_api plots a real run's) with a line
+    # cut short by a crash, and a directory that is no run
+    run = tmp_path / "rn18_run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"model": "resnet18"}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
+        {"step": 5, "epoch": 0.5, "loss": 2.0, "top1": 0.2, "lr": 0.1, "img_per_sec": 9.0},
+        {"step": 10, "epoch": 1.0, "loss": 1.5, "top1": 0.4, "lr": 0.05, "img_per_sec": 9.0},
+        {"step": 10, "epoch": 1.0, "val_top1": 0.5, "val_top5": 1.0, "val_count": 8})) + '{"step": 15, "ep')
     done = subprocess.run([sys.executable, "-m", "tfcnn.plots", f"--benchmark={tmp_path / 'benchmark.json'}",
-                           f"--eval={tmp_path / 'eval.json'}", f"--output_dir={tmp_path / 'plots'}"],
+                           f"--eval={tmp_path / 'eval.json'}", f"--log_dir={run}", f"--output_dir={tmp_path / 'plots'}"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    for name in ("accuracy_vs_flops", "latency_vs_throughput"):
+    assert f"note: {run}: 1 line(s) of its metrics were cut short, left out" in done.stdout
+    assert "rn18_run (resnet18)" in (tmp_path / "plots" / "training_curves.svg").read_text()
+    for name in ("accuracy_vs_flops", "latency_vs_throughput", "training_curves"):
         png = (tmp_path / "plots" / f"{name}.png").read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
         assert (tmp_path / "plots" / f"{name}.svg").read_text().lstrip().startswith("<?xml")
@@ -226,4 +237,7 @@ def test_plots_are_written(tmp_path):
 
     with pytest.raises(SystemExit) as bad:  # in this process: the exit the command above would make
         plots.main([f"--output_dir={tmp_path}"])
-    assert "give --benchmark and/or --eval" in str(bad.value.code)
+    assert "give --log_dir runs, or --benchmark and/or --eval files, to plot" in str(bad.value.code)
+    with pytest.raises(SystemExit) as bad:
+        plots.main([f"--log_dir={tmp_path}", f"--output_dir={tmp_path}"])
+    assert f"--log_dir {tmp_path} holds no metrics.jsonl: name a training run's --log_dir" in str(bad.value.code)

@@ -54,6 +54,15 @@ def test_a_notebook_trains_evaluates_exports_and_classifies_a_jpeg(testnet, tmp_
     drawn = sorted((event.step, float(tf.make_ndarray(value.tensor)))
                    for event in events for value in event.summary.value if value.tag == "top1")
     assert drawn == [(v["step"], pytest.approx(v["top1"])) for v in history]
+    # and in the run's training curves (python -m tfcnn.plots --log_dir), which read those records
+    from tfcnn import plots
+
+    curves = plots.read_run(str(tmp_path / "run"))
+    assert (curves["label"], curves["unreadable"]) == ("run (testnet)", 0)
+    assert curves["validation"] == [m for m in logged if "val_top1" in m] and len(curves["validation"]) == 3
+    assert curves["train"] == [m for m in logged if "loss" in m] and curves["train"]
+    written = plots.make_plots(str(tmp_path / "plots"), log_dirs=[str(tmp_path / "run")], log=quiet)
+    assert [os.path.basename(p) for p in written] == ["training_curves.png", "training_curves.svg"]
 
     # the checkpoint and the model in memory evaluate alike, and as the trainer's own validation did
     by_checkpoint = tfcnn.evaluate(result.checkpoint, data=(x_val, y_val), progress=False, log=quiet)

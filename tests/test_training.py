@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from tfcnn.training import NonFiniteLossError, make_config, train
 from tfcnn import checkpoints, sources
+from tfcnn.fileio import read_jsonl
 from tfcnn.training.optimizers import build_optimizer, decayed_variables
 from tfcnn.training.schedules import WarmupDecay
 
@@ -473,10 +474,16 @@ def test_resume_after_interruption_matches_uninterrupted_run(stripes, tmp_path, 
     with pytest.raises(Interrupted):
         _train_recording(resumed, interrupt_at_step=14)  # 12 steps per epoch
     assert checkpoints.latest_checkpoint(str(tmp_path / "b")).endswith("ckpt-12")
+    metrics = str(tmp_path / "b" / "metrics.jsonl")
+    with open(metrics, "a") as f:  # a line cut short (a full disk, a crash) stops neither the resume nor its log
+        f.write('{"step": 14, "epoch": 1.1')
     capsys.readouterr()
     steps_b, weights_b = _train_recording(resumed)
     out = capsys.readouterr().out
     assert "resuming from" in out and "at step 12" in out
+    records, unreadable = read_jsonl(metrics)
+    assert unreadable == 0 and [r["step"] for r in records] == sorted(r["step"] for r in records)
+    assert records[-1]["step"] == 24 and "loss" in records[-1]  # the resumed run's own lines follow
     assert steps_a[-1] == steps_b[-1] == 24
     assert steps_b[0] == 13  # the resumed run continues, it does not redo the epoch
     assert len(weights_a) == len(weights_b) > 0

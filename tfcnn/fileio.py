@@ -2,8 +2,24 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+
+
+def read_jsonl(path: str) -> tuple[list[dict], int]:
+    """The JSON objects of a JSON-lines file, and how many lines were none (a line cut short by a full disk or
+    a crash): those are left out, never an error that would stop a resume or a plot."""
+    records, bad = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in filter(str.strip, f):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = None
+            records += [record] if isinstance(record, dict) else []
+            bad += not isinstance(record, dict)
+    return records, bad
 
 
 def atomic_write_text(path: str, text: str) -> None:

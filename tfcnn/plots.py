@@ -1,6 +1,11 @@
-"""Model-comparison charts from tfcnn's own measurements.
+"""Training curves and model-comparison charts from tfcnn's own measurements.
 
+    python -m tfcnn.plots --log_dir runs/a [runs/b ...] --output_dir DIR
     python -m tfcnn.plots --benchmark DIR/benchmark.json [--eval FILE ...] --output_dir DIR
+
+- training_curves.png/.svg: of each run (its --log_dir's metrics.jsonl), the training loss, the training and
+  validation top-1, and the learning rate against the epoch; several runs overlaid, each named by its
+  directory and model.
 
 - accuracy_vs_flops.png/.svg: top-1 against forward GMACs, bubble area proportional to parameters.
   Accuracy comes from the evaluation JSONs (`python -m tfcnn.evaluate --output`) where given, else the
@@ -38,6 +43,46 @@ def accuracy_points(models, evaluations):
     measured = {e["model"]: 100 * e["top1"] for e in evaluations}
     return [(m, model_info(m).gmacs, model_info(m).params, measured.get(m, model_info(m).top1), m in measured)
             for m in models]
+
+
+def read_run(log_dir) -> dict:
+    """A training run's records: {"label", "train": [...], "validation": [...], "unreadable": lines left out}."""
+    from tfcnn.fileio import read_jsonl
+    from tfcnn.training.callbacks import METRICS_FILE
+    from tfcnn.training.plan import CONFIG_FILE, previous_config
+
+    path = os.path.join(log_dir, METRICS_FILE)
+    if not os.path.isfile(path):
+        raise ValueError(f"--log_dir {log_dir} holds no {METRICS_FILE}: name a training run's --log_dir")
+    records, unreadable = read_jsonl(path)
+    train, validation = [r for r in records if "loss" in r], [r for r in records if "val_top1" in r]
+    if not train and not validation:
+        raise ValueError(f"{path} holds no training or validation record yet")
+    model = (previous_config(log_dir) or {}).get("model") or f"no {CONFIG_FILE}"
+    return {"label": f"{os.path.basename(os.path.normpath(log_dir))} ({model})", "train": train,
+            "validation": validation, "unreadable": unreadable}
+
+
+def plot_training_curves(runs, output_dir):
+    fig, (loss_ax, top1_ax, lr_ax) = plt.subplots(1, 3, figsize=(15, 4.6), dpi=120)
+    for index, run in enumerate(runs):
+        color, train = plt.cm.tab10(index % 10), run["train"]
+        epochs = [r["epoch"] for r in train]
+        loss_ax.plot(epochs, [r["loss"] for r in train], color=color, label=run["label"])
+        top1_ax.plot(epochs, [100 * r["top1"] for r in train], color=color)
+        top1_ax.plot([r["epoch"] for r in run["validation"]], [100 * r["val_top1"] for r in run["validation"]],
+                     color=color, linestyle="--", marker="o", markersize=4)
+        lr_ax.plot(epochs, [r["lr"] for r in train], color=color)
+    for ax, label in ((loss_ax, "training loss"), (top1_ax, "top-1 (%)"), (lr_ax, "learning rate")):
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    loss_ax.legend(title="run (model)", fontsize=8)
+    top1_ax.legend(handles=[plt.Line2D([], [], color="gray", label="training (since the last logged step)"),
+                            plt.Line2D([], [], color="gray", linestyle="--", marker="o", label="validation")],
+                   fontsize=8)
+    fig.suptitle("Training curves (metrics.jsonl)", fontsize=11)
+    return _save(fig, output_dir, "training_curves")
 
 
 def plot_accuracy_vs_flops(points, output_dir):
@@ -101,9 +146,16 @@ def _save(fig, output_dir, name):
     return paths
 
 
-def make_plots(output_dir, benchmark_path=None, eval_paths=()):
+def make_plots(output_dir, benchmark_path=None, eval_paths=(), log_dirs=(), log=print):
+    if not benchmark_path and not eval_paths and not log_dirs:
+        raise ValueError("give --log_dir runs, or --benchmark and/or --eval files, to plot")
+    runs = [read_run(d) for d in log_dirs]
+    for log_dir, run in zip(log_dirs, runs):
+        if run["unreadable"]:
+            log(f"note: {log_dir}: {run['unreadable']} line(s) of its metrics were cut short, left out")
+    written = plot_training_curves(runs, output_dir) if runs else []
     if not benchmark_path and not eval_paths:
-        raise ValueError("give --benchmark and/or --eval files to plot")
+        return written
     benchmark = load_json(benchmark_path, "benchmark") if benchmark_path else None
     evaluations = [load_json(p, "evaluation") for p in eval_paths]
     for path, e in zip(eval_paths, evaluations):
@@ -113,7 +165,7 @@ def make_plots(output_dir, benchmark_path=None, eval_paths=()):
     from tfcnn.models import list_models
 
     names = [n for n in dict.fromkeys(names + [e["model"] for e in evaluations]) if n in list_models()]
-    written = plot_accuracy_vs_flops(accuracy_points(names, evaluations), output_dir)
+    written += plot_accuracy_vs_flops(accuracy_points(names, evaluations), output_dir)
     if benchmark:
         written += plot_latency_vs_throughput(benchmark, output_dir)
     return written
@@ -122,12 +174,13 @@ def make_plots(output_dir, benchmark_path=None, eval_paths=()):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tfcnn.plots", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--log_dir", nargs="*", default=[], help="training runs' --log_dir: their curves")
     parser.add_argument("--benchmark", help="benchmark.json written by python -m tfcnn.benchmark")
     parser.add_argument("--eval", nargs="*", default=[], help="JSONs written by python -m tfcnn.evaluate --output")
     parser.add_argument("--output_dir", required=True)
     args = parser.parse_args(argv)
     try:
-        for path in make_plots(args.output_dir, args.benchmark, args.eval):
+        for path in make_plots(args.output_dir, args.benchmark, args.eval, args.log_dir):
             print(f"wrote {path}")
     except ValueError as error:
         sys.exit(f"tfcnn.plots: error: {error}")

@@ -14,7 +14,7 @@ import time
 import tensorflow as tf
 
 from tfcnn import distributed
-from tfcnn.fileio import atomic_write_text
+from tfcnn.fileio import atomic_write_text, read_jsonl
 from tfcnn.profile import smallest_batch_norm_input
 from tfcnn.training.plan import Plan
 
@@ -147,10 +147,10 @@ class RunLogger(tf.keras.callbacks.Callback):
 
 
 def _drop_records_after(path, step):
-    """A resumed run repeats the steps after its checkpoint; their old lines would appear twice."""
-    with open(path) as f:
-        lines = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
-    atomic_write_text(path, "".join(lines))
+    """A resumed run repeats the steps after its checkpoint; their old lines would appear twice. (A line cut
+    short goes too.)"""
+    records, _ = read_jsonl(path)
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records if r.get("step", 0) <= step))
 
 
 class Checkpointer(tf.keras.callbacks.Callback):
