@@ -17,8 +17,10 @@ def read_jsonl(path: str) -> tuple[list[dict], int]:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 record = None
-            records += [record] if isinstance(record, dict) else []
-            bad += not isinstance(record, dict)
+            if isinstance(record, dict):
+                records.append(record)
+            else:
+                bad += 1
     return records, bad
 
 
