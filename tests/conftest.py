@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -71,6 +72,11 @@ def pytest_configure(config):
                                        "with the reason elsewhere)")
     # Keras' own initializers call random.randint with a float bound (thousands of times per model).
     config.addinivalue_line("filterwarnings", "ignore:non-integer arguments to randrange:DeprecationWarning")
+    # matplotlib < 3.10 (Python 3.9's, so setup.py's bound) calls pyparsing 3.3's renamed functions by their old
+    # names, dozens of times per chart (hidden outside tests: Python's default filters ignore DeprecationWarnings).
+    # Older pyparsings warn of none and have no such class.
+    if importlib.util.find_spec("pyparsing") and importlib.util.find_spec("pyparsing.warnings"):
+        config.addinivalue_line("filterwarnings", "ignore::pyparsing.warnings.PyparsingDeprecationWarning")
 
 
 def pytest_collection_modifyitems(items):

@@ -222,8 +222,8 @@ def test_plots_are_written(tmp_path):
         {"step": 10, "epoch": 1.0, "loss": 1.5, "top1": 0.4, "lr": 0.05, "img_per_sec": 9.0},
         {"step": 10, "epoch": 1.0, "val_top1": 0.5, "val_top5": 1.0, "val_count": 8})) + '{"step": 15, "ep')
     done = subprocess.run([sys.executable, "-m", "tfcnn.plots", f"--benchmark={tmp_path / 'benchmark.json'}",
-                           f"--eval={tmp_path / 'eval.json'}", f"--log_dir={run}", f"--output_dir={tmp_path / 'plots'}"],
-                          capture_output=True, text=True, timeout=300)
+                           f"--eval={tmp_path / 'eval.json'}", f"--log_dir={run}",
+                           f"--output_dir={tmp_path / 'plots'}"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"note: {run}: 1 line(s) of its metrics were cut short, left out" in done.stdout
     assert "rn18_run (resnet18)" in (tmp_path / "plots" / "training_curves.svg").read_text()

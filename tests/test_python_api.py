@@ -69,6 +69,17 @@ def test_a_notebook_trains_evaluates_exports_and_classifies_a_jpeg(testnet, tmp_
     by_model = tfcnn.evaluate(result, data=(x_val, y_val), batch_size=7)
     assert by_checkpoint.count == by_model.count == 64 and by_checkpoint.model == "testnet"
     assert by_checkpoint.top1_correct == by_model.top1_correct == result.validation["top1_correct"]
+    # the model's speed, then the run's curves and the charts of that speed and this score, as keyword calls
+    rows = tfcnn.benchmark("testnet", batch_sizes=[1, 2], image_size=32, warmup_steps=1, steps=2, log=quiet)
+    assert [(r["model"], r["batch_size"], r["status"]) for r in rows] == [("testnet", 1, "ok"), ("testnet", 2, "ok")]
+    notes = []
+    charts = tfcnn.plots(str(tmp_path / "charts"), log_dirs=[result.log_dir], benchmark=rows, evaluations=[by_model],
+                         log=notes.append)
+    assert sorted(os.path.basename(p) for p in charts if p.endswith(".png")) == [
+        "latency_vs_throughput.png", "training_curves.png"]
+    # the test model has no counts to place it by (test_evaluate_benchmark draws the zoo's): said, not a crash
+    assert notes == ["note: accuracy_vs_flops leaves out testnet: registered without parameter and GMAC counts or "
+                     "an accuracy"]
 
     # the export classifies encoded JPEG bytes; a model built for raw pixels classifies the decoded JPEG
     exported = tfcnn.export(result.log_dir, str(tmp_path / "export"), log=quiet)
@@ -295,6 +306,12 @@ def test_grayscale_images_are_their_grey_in_rgb():
     (lambda x, y: tfcnn.export("/no/such/run", __file__), r"output_dir \S+test_python_api.py is a file: an export is a "
      r"directory"),
     (lambda x, y: tfcnn.convert("resnet5", "w.safetensors", "/tmp/x"), "unknown model 'resnet5'"),
+    (lambda x, y: tfcnn.benchmark(["resnet18", "resnet5"]), r"unknown model name\(s\) in --models: resnet5; valid"),
+    (lambda x, y: tfcnn.benchmark("resnet18", batch_sizes=[8, 0]),
+     r"--batch_sizes must list at least one positive integer, received: \[8, 0\]$"),
+    (lambda x, y: tfcnn.plots("/tmp/x"), "give --log_dir runs, or --benchmark and/or --eval files, to plot"),
+    (lambda x, y: tfcnn.plots("/tmp/x", evaluations=[{"top1": 0.5}]),
+     r"an evaluation given lacks 'model' and 'top1' \(write it with tfcnn.evaluate --output\)$"),
     (lambda x, y: tfcnn.convert("resnet18", "w.safetensors", SCRIPTS), r"output_dir \S+/scripts holds other files "
      r"\(\S+ and \d+ more\) and no tfcnn conversion \(convert.json\): a conversion replaces only an older conversion"),
 ])
@@ -350,16 +367,20 @@ COMMAND_LINES = ("tfcnn.train", "tfcnn.evaluate", "tfcnn.export", "tfcnn.convert
 
 def test_every_command_line_answers_help_before_tensorflow_loads():
     """--help at once, with status 0: TensorFlow (seconds to import; on a 2-core laptop under load up to ten)
-    loads only for the work itself."""
-    code = ("import runpy, sys\n"
+    loads only for the work itself. Running them leaves matplotlib's backend and settings as a notebook set
+    them (tfcnn.plots draws without pyplot)."""
+    code = ("import matplotlib, runpy, sys\n"
+            "matplotlib.use('svg'); matplotlib.rcParams['svg.fonttype'] = 'path'\n"
             f"for name in {COMMAND_LINES!r}:\n"
             "    sys.argv = [name, '--help']\n"
             "    try:\n        runpy.run_module(name, run_name='__main__', alter_sys=True)\n"
-            "    except SystemExit as exit:\n        print('exit', name, exit.code)\n")
+            "    except SystemExit as exit:\n        print('exit', name, exit.code)\n"
+            "print('matplotlib', matplotlib.get_backend(), matplotlib.rcParams['svg.fonttype'])\n")
     lines, errors = run_without_tensorflow(code)
     assert [line for line in lines if line.startswith("exit ")] == [f"exit {name} 0" for name in COMMAND_LINES], \
         errors[-2000:]
     assert sum(line.lstrip().startswith("--output_dir") for line in lines) >= 5  # flags were shown
+    assert lines[-1] == "matplotlib svg path"
 
 
 def test_the_tools_are_their_modules_and_callable():
@@ -368,3 +389,4 @@ def test_the_tools_are_their_modules_and_callable():
 
     assert callable(tfcnn.evaluate) and tfcnn.evaluate.EvalResult and tfcnn.export.FORMATS
     assert tfcnn.train.RunResult.__name__ == "RunResult" and callable(tfcnn.convert)
+    assert callable(tfcnn.benchmark) and callable(tfcnn.plots) and tfcnn.plots.read_run and tfcnn.benchmark.run

@@ -5,6 +5,8 @@
     python -m tfcnn.benchmark --models resnet50 --weights FILE_OR_CHECKPOINT ...   (its input size and mean/std)
     horovodrun -np 8 python -m tfcnn.benchmark --mode train --precision fp16 --use_xla --batch_sizes 256
 
+    rows = tfcnn.benchmark("resnet50", mode="train", batch_sizes=[8, 16])   # a row per model and batch size
+
 Each measurement runs `--warmup_steps` untimed steps (graph tracing, autotuning, allocator growth), then
 times `--steps` steps one by one, synchronizing on each result. Reports the mean throughput and true
 latency percentiles (p50/p90/p95/p99 of the per-step times, not a mean). Training steps are tfcnn's own
@@ -23,7 +25,10 @@ import sys
 import time
 
 # TensorFlow (and the zoo, which needs it) load where they are used: --help and bad flags answer at once.
+from tfcnn import callable_module
 from tfcnn.options import PRECISIONS
+
+MODES = ("train", "inference")
 
 PERCENTILES = (50, 90, 95, 99)
 CSV_FIELDS = ["model", "mode", "precision", "use_xla", "image_size", "batch_size", "ranks", "status",
@@ -161,11 +166,67 @@ def write_outputs(output_dir, rows, meta):
     os.replace(tmp, os.path.join(output_dir, "benchmark.csv"))
 
 
+def check_options(models, *, mode, batch_sizes, precision, image_size, weights, warmup_steps, steps) -> list[str]:
+    """The model names `models` stands for (a name, a list, comma-separated names or "all"), or a ValueError
+    naming the bad value. The names are checked last: the zoo loads TensorFlow."""
+    if mode not in MODES:
+        raise ValueError(f"--mode must be one of {', '.join(MODES)}, received: {mode!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, received: {precision!r}")
+    if not batch_sizes or min(batch_sizes) < 1:
+        raise ValueError(f"--batch_sizes must list at least one positive integer, received: {batch_sizes!r}")
+    if steps < 2 or warmup_steps < 0:
+        raise ValueError(f"--steps must be >= 2 and --warmup_steps >= 0, received: {steps}, {warmup_steps}")
+    if image_size is not None and image_size < 32:
+        raise ValueError(f"--image_size must be >= 32, received: {image_size}")
+    from tfcnn.models import list_models
+
+    if isinstance(models, str):
+        models = list_models() if models.strip() == "all" else [m.strip() for m in models.split(",") if m.strip()]
+    unknown = [m for m in models if m not in list_models()]
+    if not models or unknown:
+        raise ValueError(f"unknown model name(s) in --models: {', '.join(unknown) or repr(models)}; "
+                         f"valid names: {', '.join(list_models())}, or 'all'")
+    if weights and len(models) != 1:
+        raise ValueError(f"--weights belongs to one model; --models lists {len(models)}: {', '.join(models)}")
+    return list(models)
+
+
+def benchmark(models="resnet50", *, mode: str = "inference", batch_sizes=(1, 2, 4, 8, 16, 32), precision: str = "fp32",
+              use_xla: bool = False, image_size: int | None = None, weights=None, warmup_steps: int = 3,
+              steps: int = 10, output_dir=None, log=print) -> list[dict]:
+    """Throughput and latency of `models` (a name, a list, comma-separated names or "all") at each batch size,
+    on synthetic data: a row per model and batch size, its status "ok" with img_per_sec and the latency
+    percentiles, or why no figure is meaningful; written to output_dir's benchmark.csv and benchmark.json when
+    given. Under horovodrun, training figures are global. A ValueError names a bad value."""
+    batch_sizes = list(batch_sizes)
+    models = check_options(models, mode=mode, batch_sizes=batch_sizes, precision=precision, image_size=image_size,
+                           weights=weights, warmup_steps=warmup_steps, steps=steps)
+    from tfcnn import distributed
+    from tfcnn.precision import startup_notes
+
+    distributed.init()
+    chief = distributed.is_chief()
+    log = log if chief else (lambda *_: None)
+    meta = {**environment(), "mode": mode, "precision": precision, "use_xla": use_xla,
+            "ranks": distributed.size() if mode == "train" else 1}
+    log(f"tfcnn.benchmark: {mode}, {precision}{' + XLA' if use_xla else ''}, synthetic data, {meta['ranks']} rank(s), "
+        f"on {meta['device']}; {warmup_steps} warmup + {steps} timed steps")
+    for note in startup_notes(precision, use_xla):
+        log(f"tfcnn.benchmark: {note}")
+    log(f"{'model':<22}{'batch':>6}{'img/s':>11}{'img/s/rank':>11}" + "".join(f"{f'p{p} ms':>9}" for p in PERCENTILES))
+    rows = run(models, mode, batch_sizes, precision, use_xla, image_size, warmup_steps, steps, log, weights=weights)
+    if chief and output_dir:
+        write_outputs(output_dir, rows, meta)
+        log(f"wrote {output_dir}/benchmark.csv and benchmark.json")
+    return rows
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tfcnn.benchmark", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="resnet50", help="comma-separated names, or 'all'")
-    parser.add_argument("--mode", choices=("train", "inference"), default="inference")
+    parser.add_argument("--mode", choices=MODES, default="inference")
     parser.add_argument("--batch_sizes", default="1,2,4,8,16,32", help="comma-separated per-GPU batch sizes")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
     parser.add_argument("--use_xla", action="store_true")
@@ -177,53 +238,31 @@ def parse_args(argv=None):
     parser.add_argument("--output_dir", help="write benchmark.csv and benchmark.json here")
     args = parser.parse_args(argv)
     try:
-        batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
+        args.batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
     except ValueError:
         parser.error(f"--batch_sizes must be comma-separated integers, received: {args.batch_sizes!r}")
-    if not batch_sizes or min(batch_sizes) < 1:
-        parser.error(f"--batch_sizes must list at least one positive integer, received: {args.batch_sizes!r}")
-    if args.steps < 2 or args.warmup_steps < 0:
-        parser.error(f"--steps must be >= 2 and --warmup_steps >= 0, received: {args.steps}, {args.warmup_steps}")
-    if args.image_size is not None and args.image_size < 32:
-        parser.error(f"--image_size must be >= 32, received: {args.image_size}")
-    from tfcnn.models import list_models  # the zoo loads TensorFlow: the names are checked last
-
-    models = list_models() if args.models.strip() == "all" else [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in models if m not in list_models()]
-    if not models or unknown:
-        parser.error(f"unknown model name(s) in --models: {', '.join(unknown) or repr(args.models)}; "
-                     f"valid names: {', '.join(list_models())}, or 'all'")
-    if args.weights and len(models) != 1:
-        parser.error(f"--weights belongs to one model; --models lists {len(models)}: {', '.join(models)}")
-    args.models, args.batch_sizes = models, batch_sizes
+    try:  # a flag error, as argparse's own
+        args.models = check_options(args.models, mode=args.mode, batch_sizes=args.batch_sizes,
+                                    precision=args.precision, image_size=args.image_size, weights=args.weights,
+                                    warmup_steps=args.warmup_steps, steps=args.steps)
+    except ValueError as error:
+        parser.error(str(error))
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
-    from tfcnn import distributed
-    from tfcnn.precision import startup_notes
-
-    distributed.init()
-    chief = distributed.is_chief()
-    log = print if chief else (lambda *_: None)
-    meta = {**environment(), "mode": args.mode, "precision": args.precision, "use_xla": args.use_xla,
-            "ranks": distributed.size() if args.mode == "train" else 1}
-    log(f"tfcnn.benchmark: {args.mode}, {args.precision}{' + XLA' if args.use_xla else ''}, synthetic data, "
-        f"{meta['ranks']} rank(s), on {meta['device']}; {args.warmup_steps} warmup + {args.steps} timed steps")
-    for note in startup_notes(args.precision, args.use_xla):
-        log(f"tfcnn.benchmark: {note}")
-    log(f"{'model':<22}{'batch':>6}{'img/s':>11}{'img/s/rank':>11}" + "".join(f"{f'p{p} ms':>9}" for p in PERCENTILES))
     try:
-        rows = run(args.models, args.mode, args.batch_sizes, args.precision, args.use_xla, args.image_size,
-                   args.warmup_steps, args.steps, log, weights=args.weights)
+        rows = benchmark(args.models, mode=args.mode, batch_sizes=args.batch_sizes, precision=args.precision,
+                         use_xla=args.use_xla, image_size=args.image_size, weights=args.weights,
+                         warmup_steps=args.warmup_steps, steps=args.steps, output_dir=args.output_dir)
     except ValueError as error:
         sys.exit(f"tfcnn.benchmark: error: {error}")
-    if chief and args.output_dir:
-        write_outputs(args.output_dir, rows, meta)
-        log(f"wrote {args.output_dir}/benchmark.csv and benchmark.json")
     if not any(r["status"] == "ok" for r in rows):
         sys.exit("tfcnn.benchmark: error: no measurement finished its warmup")
+
+
+callable_module(__name__, benchmark)
 
 
 if __name__ == "__main__":

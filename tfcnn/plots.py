@@ -3,10 +3,11 @@
     python -m tfcnn.plots --log_dir runs/a [runs/b ...] --output_dir DIR
     python -m tfcnn.plots --benchmark DIR/benchmark.json [--eval FILE ...] --output_dir DIR
 
+    tfcnn.plots("plots", log_dirs=["runs/a"], benchmark=tfcnn.benchmark("resnet18"), evaluations=[scores])
+
 - training_curves.png/.svg: of each run (its --log_dir's metrics.jsonl), the training loss, the training and
   validation top-1, and the learning rate against the epoch; several runs overlaid, each named by its
   directory and model.
-
 - accuracy_vs_flops.png/.svg: top-1 against forward GMACs, bubble area proportional to parameters.
   Accuracy comes from the evaluation JSONs (`python -m tfcnn.evaluate --output`) where given, else the
   model's reference figure, drawn hollow and labelled "reference".
@@ -21,11 +22,14 @@ import os
 import sys
 
 import matplotlib
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")  # files only; no display needed
-import matplotlib.pyplot as plt  # noqa: E402
+from tfcnn import callable_module
 
-plt.rcParams["svg.fonttype"] = "none"  # SVG text stays text: smaller, searchable, editable
+# Figures made without pyplot, their settings given at each save: a notebook's own backend and rcParams stay
+# as they were (pyplot's Agg switch would turn its inline plots off). SVG text stays text: smaller, searchable.
+SAVE_SETTINGS = {"svg.fonttype": "none"}
 
 
 def load_json(path, what):
@@ -64,9 +68,10 @@ def read_run(log_dir) -> dict:
 
 
 def plot_training_curves(runs, output_dir):
-    fig, (loss_ax, top1_ax, lr_ax) = plt.subplots(1, 3, figsize=(15, 4.6), dpi=120)
+    fig = Figure(figsize=(15, 4.6), dpi=120)
+    loss_ax, top1_ax, lr_ax = fig.subplots(1, 3)
     for index, run in enumerate(runs):
-        color, train = plt.cm.tab10(index % 10), run["train"]
+        color, train = matplotlib.colormaps["tab10"](index % 10), run["train"]
         epochs = [r["epoch"] for r in train]
         loss_ax.plot(epochs, [r["loss"] for r in train], color=color, label=run["label"])
         top1_ax.plot(epochs, [100 * r["top1"] for r in train], color=color)
@@ -78,15 +83,16 @@ def plot_training_curves(runs, output_dir):
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     loss_ax.legend(title="run (model)", fontsize=8)
-    top1_ax.legend(handles=[plt.Line2D([], [], color="gray", label="training (since the last logged step)"),
-                            plt.Line2D([], [], color="gray", linestyle="--", marker="o", label="validation")],
+    top1_ax.legend(handles=[Line2D([], [], color="gray", label="training (since the last logged step)"),
+                            Line2D([], [], color="gray", linestyle="--", marker="o", label="validation")],
                    fontsize=8)
     fig.suptitle("Training curves (metrics.jsonl)", fontsize=11)
     return _save(fig, output_dir, "training_curves")
 
 
 def plot_accuracy_vs_flops(points, output_dir):
-    fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
+    fig = Figure(figsize=(9, 6), dpi=120)
+    ax = fig.subplots()
     scale = 1200 / max(p[2] for p in points)
     for name, gmacs, params, top1, measured in points:
         ax.scatter(gmacs, top1, s=params * scale, alpha=0.45 if measured else 1.0,
@@ -114,13 +120,15 @@ def plot_latency_vs_throughput(benchmark, output_dir):
     rows = [r for r in benchmark["results"] if r.get("status") == "ok"]
     if not rows:
         raise ValueError("the benchmark holds no finished measurement to plot")
-    fig, ax = plt.subplots(figsize=(12, 7), dpi=120)
+    fig = Figure(figsize=(12, 7), dpi=120)
+    ax = fig.subplots()
     for index, model in enumerate(dict.fromkeys(r["model"] for r in rows)):
         series = sorted((r for r in rows if r["model"] == model), key=lambda r: r["batch_size"])
         xs, ys = [r["img_per_sec"] for r in series], [r["latency_ms_p50"] for r in series]
         # 20 colours times 3 marker/line styles: up to 60 models stay distinguishable
         variant = index // 20 % 3
-        style = dict(color=plt.cm.tab20(index % 20), marker="os^"[variant], linestyle=("-", "--", ":")[variant])
+        style = dict(color=matplotlib.colormaps["tab20"](index % 20), marker="os^"[variant],
+                     linestyle=("-", "--", ":")[variant])
         ax.plot(xs, ys, label=model, **style)
         for r, x, y in zip(series, xs, ys):
             ax.annotate(str(r["batch_size"]), (x, y), xytext=(4, -10), textcoords="offset points", fontsize=7)
@@ -140,35 +148,62 @@ def _save(fig, output_dir, name):
     os.makedirs(output_dir, exist_ok=True)
     fig.tight_layout()
     paths = [os.path.join(output_dir, f"{name}.{ext}") for ext in ("png", "svg")]
-    for path in paths:
-        fig.savefig(path)
-    plt.close(fig)
+    with matplotlib.rc_context(SAVE_SETTINGS):
+        for path in paths:
+            fig.savefig(path)
     return paths
 
 
-def make_plots(output_dir, benchmark_path=None, eval_paths=(), log_dirs=(), log=print):
-    if not benchmark_path and not eval_paths and not log_dirs:
+def make_plots(output_dir, *, log_dirs=(), benchmark=None, evaluations=(), log=print) -> list[str]:
+    """The charts (module docstring) into output_dir: of the training runs in log_dirs; of a benchmark (its
+    benchmark.json, or the rows tfcnn.benchmark returned); of evaluations (tfcnn.evaluate's --output JSONs,
+    or the EvalResults it returned). Returns the files written; a ValueError names what cannot be drawn."""
+    if not benchmark and not evaluations and not log_dirs:
         raise ValueError("give --log_dir runs, or --benchmark and/or --eval files, to plot")
     runs = [read_run(d) for d in log_dirs]
     for log_dir, run in zip(log_dirs, runs):
         if run["unreadable"]:
             log(f"note: {log_dir}: {run['unreadable']} line(s) of its metrics were cut short, left out")
     written = plot_training_curves(runs, output_dir) if runs else []
-    if not benchmark_path and not eval_paths:
+    if not benchmark and not evaluations:
         return written
-    benchmark = load_json(benchmark_path, "benchmark") if benchmark_path else None
-    evaluations = [load_json(p, "evaluation") for p in eval_paths]
-    for path, e in zip(eval_paths, evaluations):
-        if not {"model", "top1"} <= set(e):
-            raise ValueError(f"evaluation {path} lacks 'model' and 'top1' (write it with tfcnn.evaluate --output)")
+    benchmark = _benchmark(benchmark) if benchmark else None
+    scores = [_evaluation(e) for e in evaluations]
     names = [r["model"] for r in benchmark["results"]] if benchmark else []
     from tfcnn.models import list_models
 
-    names = [n for n in dict.fromkeys(names + [e["model"] for e in evaluations]) if n in list_models()]
-    written += plot_accuracy_vs_flops(accuracy_points(names, evaluations), output_dir)
+    names = [n for n in dict.fromkeys(names + [e["model"] for e in scores]) if n in list_models()]
+    points = accuracy_points(names, scores)
+    # A model registered without its counts (params, GMACs 0) or an accuracy has no place on those axes.
+    drawable = [p for p in points if p[1] > 0 and p[2] > 0 and p[3] is not None]
+    if drawable:
+        written += plot_accuracy_vs_flops(drawable, output_dir)
+    left_out = [p[0] for p in points if p not in drawable]
+    if left_out:
+        log(f"note: accuracy_vs_flops leaves out {', '.join(left_out)}: registered without parameter and GMAC "
+            f"counts or an accuracy")
     if benchmark:
         written += plot_latency_vs_throughput(benchmark, output_dir)
     return written
+
+
+def _benchmark(source) -> dict:
+    """A benchmark.json's content, from its path or from tfcnn.benchmark's rows (their settings in each row)."""
+    if isinstance(source, (str, os.PathLike)):
+        return load_json(source, "benchmark")
+    rows = list(source)
+    return {"results": rows, **{key: rows[0].get(key) for key in ("mode", "precision", "use_xla") if rows}}
+
+
+def _evaluation(source) -> dict:
+    """An evaluation's result, from its --output JSON's path, or tfcnn.evaluate's EvalResult (or its dict)."""
+    if isinstance(source, (str, os.PathLike)):
+        score, what = load_json(source, "evaluation"), f"evaluation {source}"
+    else:
+        score, what = (source.to_dict() if hasattr(source, "to_dict") else dict(source)), "an evaluation given"
+    if not {"model", "top1"} <= set(score):
+        raise ValueError(f"{what} lacks 'model' and 'top1' (write it with tfcnn.evaluate --output)")
+    return score
 
 
 def main(argv=None):
@@ -180,11 +215,14 @@ def main(argv=None):
     parser.add_argument("--output_dir", required=True)
     args = parser.parse_args(argv)
     try:
-        for path in make_plots(args.output_dir, args.benchmark, args.eval, args.log_dir):
+        for path in make_plots(args.output_dir, log_dirs=args.log_dir, benchmark=args.benchmark,
+                               evaluations=args.eval):
             print(f"wrote {path}")
     except ValueError as error:
         sys.exit(f"tfcnn.plots: error: {error}")
 
+
+callable_module(__name__, make_plots)
 
 if __name__ == "__main__":
     main()
