@@ -32,7 +32,6 @@ from imagenet_prep.images import ResizeSpec, convert_image, parse_resize, read_b
 from tfcnn.data import dali_index, records
 from tfcnn.fileio import atomic_write_text
 
-IMAGE_EXTENSIONS = {".jpeg", ".jpg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 SHUFFLE_SEED = 12345
 DEFAULT_SHARDS = {"train": 1024, "validation": 128}
 
@@ -74,7 +73,7 @@ def list_images(folder: str) -> list[str]:
     for parent, folders, names in os.walk(folder):
         folders[:] = [n for n in folders if not n.startswith(".")]
         paths += [os.path.join(parent, n) for n in names
-                  if not n.startswith(".") and os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS]
+                  if not n.startswith(".") and os.path.splitext(n)[1].lower() in records.IMAGE_EXTENSIONS]
     return sorted(paths)
 
 

@@ -186,9 +186,19 @@ def test_number_of_classes_comes_from_labels_file(shards, tmp_path):
     assert pipeline.count_records(shards, pipeline.list_shards(shards, "train")) == 18
 
 
-def test_missing_shards_name_the_glob(tmp_path):
-    with pytest.raises(pipeline.DataError, match=r"no train shards in --data_dir .*train-\?\?\?\?\?-of-\?\?\?\?\?"):
+def test_missing_shards_name_the_glob(tmp_path, raw_tree):
+    with pytest.raises(pipeline.DataError, match=r"no train shards in --data_dir .*train-\?\?\?\?\?-of-\?\?\?\?\?; make "
+                                                 r"them with `python -m imagenet_prep.build_tfrecords`$"):
         pipeline.build_dataset(str(tmp_path), "train", 4, 32)
+    # images where records belong (a user's first try): the conversion that makes them, of its splits' folders
+    advice = "holds folders of images, not TFRecords: convert them first, `python -m imagenet_prep.build_tfrecords"
+    for data_dir, split, flags in (
+            (raw_tree, "train", f"--train_dir {raw_tree / 'train'} --validation_dir {raw_tree / 'val'}"),
+            (raw_tree / "train", "validation", f"--train_dir {raw_tree / 'train'}")):
+        with pytest.raises(pipeline.DataError) as missing:
+            pipeline.list_shards(str(data_dir), split)
+        assert str(missing.value).endswith(f"; {data_dir} {advice} {flags} --output_dir {data_dir}-tfrecords`, then "
+                                           f"pass that --output_dir"), str(missing.value)
     with pytest.raises(pipeline.DataError, match="batch_size must be a positive integer, received: 0"):
         pipeline.build_dataset(str(tmp_path), "train", 0, 32)
 

@@ -39,8 +39,9 @@ def list_shards(data_dir: str, split: str) -> list[str]:
     pattern = os.path.join(data_dir, records.shard_pattern(split))
     files = sorted(tf.io.gfile.glob(pattern))
     if not files:
-        raise DataError(f"no {split} shards in --data_dir {data_dir}: nothing matches {pattern} "
-                        f"(make them with `python -m imagenet_prep.build_tfrecords`)")
+        raise DataError(f"no {split} shards in --data_dir {data_dir}: nothing matches {pattern}; "
+                        + (records.conversion_advice(data_dir)
+                           or "make them with `python -m imagenet_prep.build_tfrecords`"))
     return files
 
 

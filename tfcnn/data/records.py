@@ -23,6 +23,8 @@ from tfcnn.fileio import atomic_write_text
 LABELS_FILE = "labels.txt"
 METADATA_FILE = "dataset.json"
 SPLITS = ("train", "validation")
+# The image files imagenet_prep converts (by their content; these names pick them out of a folder).
+IMAGE_EXTENSIONS = {".jpeg", ".jpg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 _SHARD_RE = re.compile(r"^(?P<split>train|validation)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
 
 
@@ -62,6 +64,29 @@ def shard_name(split: str, index: int, count: int) -> str:
 
 def shard_pattern(split: str) -> str:
     return f"{split}-?????-of-?????"
+
+
+def conversion_advice(data_dir: str) -> str:
+    """For a directory of image class folders given where records belong: the imagenet_prep command that
+    converts them (its train/ and val/ or validation/ folders, or itself as the training split); else ''."""
+    def holds_images(folder):
+        with os.scandir(folder) as entries:
+            return any(e.is_file() and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS for e in entries)
+
+    if not os.path.isdir(data_dir):
+        return ""
+    root = os.path.normpath(data_dir)
+    folders = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    validation = next((n for n in ("val", "validation") if n in folders), None)
+    if "train" in folders:
+        flags = f"--train_dir {os.path.join(root, 'train')}" + (
+            f" --validation_dir {os.path.join(root, validation)}" if validation else "")
+    elif any(holds_images(os.path.join(root, n)) for n in folders):
+        flags = f"--train_dir {root}"
+    else:
+        return ""
+    return (f"{data_dir} holds folders of images, not TFRecords: convert them first, `python -m "
+            f"imagenet_prep.build_tfrecords {flags} --output_dir {root}-tfrecords`, then pass that --output_dir")
 
 
 def is_shard_name(name: str) -> bool:
