@@ -69,6 +69,21 @@ def test_a_notebook_trains_evaluates_exports_and_classifies_a_jpeg(testnet, tmp_
     by_model = tfcnn.evaluate(result, data=(x_val, y_val), batch_size=7)
     assert by_checkpoint.count == by_model.count == 64 and by_checkpoint.model == "testnet"
     assert by_checkpoint.top1_correct == by_model.top1_correct == result.validation["top1_correct"]
+    # predictions from pixels, fed as evaluation feeds them: their argmax is what it counted, image by image
+    probabilities = tfcnn.predict(result, x_val, batch_size=5)
+    assert probabilities.shape == (64, 2) and probabilities.dtype == np.float32
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    assert int(np.sum(probabilities.argmax(axis=1) == y_val)) == by_model.top1_correct
+    dataset = tf.data.Dataset.from_tensor_slices((x_val, y_val + 5)).batch(7)  # labels ignored, out of range or not
+    np.testing.assert_allclose(tfcnn.predict(result.checkpoint, dataset, log=quiet), probabilities, rtol=1e-5,
+                               atol=1e-6)
+    # the zoo model itself takes normalized images: given pixels, it gives other outputs (the trap predict avoids),
+    # and its warning names this way out
+    from tfcnn.models.registry import InputRangeWarning
+
+    with pytest.warns(InputRangeWarning, match=r"or take class probabilities .* from tfcnn.predict\(model, images\)"):
+        on_pixels = tf.nn.softmax(result.model(x_val.astype(np.float32))).numpy()
+    assert not np.allclose(on_pixels, probabilities, atol=0.01)
     # the model's speed, then the run's curves and the charts of that speed and this score, as keyword calls
     rows = tfcnn.benchmark("testnet", batch_sizes=[1, 2], image_size=32, warmup_steps=1, steps=2, log=quiet)
     assert [(r["model"], r["batch_size"], r["status"]) for r in rows] == [("testnet", 1, "ok"), ("testnet", 2, "ok")]
@@ -306,6 +321,9 @@ def test_grayscale_images_are_their_grey_in_rgb():
     (lambda x, y: tfcnn.export("/no/such/run", __file__), r"output_dir \S+test_python_api.py is a file: an export is a "
      r"directory"),
     (lambda x, y: tfcnn.convert("resnet5", "w.safetensors", "/tmp/x"), "unknown model 'resnet5'"),
+    (lambda x, y: tfcnn.predict("/no/such/run", x[..., :2]),
+     r"images: x must be \[count, height, width, 3\] RGB images or .* received shape \(16, 16, 16, 2\)$"),
+    (lambda x, y: tfcnn.predict("/no/such/run", x, batch_size=0), "batch_size must be a positive integer, received: 0"),
     (lambda x, y: tfcnn.benchmark(["resnet18", "resnet5"]), r"unknown model name\(s\) in --models: resnet5; valid"),
     (lambda x, y: tfcnn.benchmark("resnet18", batch_sizes=[8, 0]),
      r"--batch_sizes must list at least one positive integer, received: \[8, 0\]$"),
@@ -390,3 +408,4 @@ def test_the_tools_are_their_modules_and_callable():
     assert callable(tfcnn.evaluate) and tfcnn.evaluate.EvalResult and tfcnn.export.FORMATS
     assert tfcnn.train.RunResult.__name__ == "RunResult" and callable(tfcnn.convert)
     assert callable(tfcnn.benchmark) and callable(tfcnn.plots) and tfcnn.plots.read_run and tfcnn.benchmark.run
+    assert callable(tfcnn.predict) and tfcnn.predict.__doc__.startswith("Class probabilities")

@@ -4,12 +4,13 @@
     model = tfcnn.create_model("resnet50", weights="imagenet", include_preprocessing=True)
     result = tfcnn.train(model="resnet18", train_data=(x, y), image_size=32, num_iter=10, log_dir="runs/rn18")
     scores = tfcnn.evaluate(result.checkpoint, data=(x_val, y_val))
+    probabilities = tfcnn.predict(result, x_val)  # [N, classes], from 0-255 pixels
     tfcnn.export(result.checkpoint, "exported/")
     tfcnn.convert("resnet50", "resnet50-0676ba61.pth", "runs/rn50_tv")
     rows = tfcnn.benchmark("resnet50", mode="train", batch_sizes=[8])
     tfcnn.plots("plots", log_dirs=["runs/rn18"], benchmark=rows, evaluations=[scores])
 
-train, evaluate, export, convert, benchmark and plots are the modules of the same names (`python -m
+train, evaluate, predict, export, convert, benchmark and plots are the modules of the same names (`python -m
 tfcnn.train`, ...); each module is callable as its function. Importing tfcnn loads no TensorFlow: each loads
 on first use.
 """
@@ -54,9 +55,11 @@ else:
     sys.meta_path.insert(0, _FreezeOnImport())
 
 __version__ = "0.1.0"
-__all__ = ["benchmark", "convert", "create_model", "evaluate", "export", "list_models", "model_info", "plots", "train"]
+__all__ = ["benchmark", "convert", "create_model", "evaluate", "export", "list_models", "model_info", "plots",
+           "predict", "train"]
 
-_TOOLS = ("train", "evaluate", "export", "convert", "benchmark", "plots")  # modules callable as their function
+# Modules callable as their function.
+_TOOLS = ("train", "evaluate", "predict", "export", "convert", "benchmark", "plots")
 _MODELS = ("create_model", "list_models", "model_info")
 
 

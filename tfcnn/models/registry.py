@@ -284,8 +284,9 @@ class ZooModel(tf.keras.Model):
             f"normalized with model.data_config's mean and std (0-255 pixels normalize to within "
             f"+-{bound:.3g}): fed 0-255 pixels it returns confident but wrong classes. Build it with "
             f"tfcnn.models.create_model({self.name!r}, ..., include_preprocessing=True) to feed 0-255 pixels, "
-            f"or feed (pixels - model.data_config.mean) / model.data_config.std "
-            f"(tfcnn.data.preprocessing.normalize_batch). Warned once per model.",
+            f"feed (pixels - model.data_config.mean) / model.data_config.std "
+            f"(tfcnn.data.preprocessing.normalize_batch), or take class probabilities of 0-255 images of any "
+            f"size from tfcnn.predict(model, images). Warned once per model.",
             InputRangeWarning, stacklevel=_caller_stacklevel())
 
 
