@@ -49,6 +49,7 @@ demo done: resnet18 reached ${top1}% top-1 on 4 classes (chance: 25%).
   dataset:     $out/raw (images), $out/tfrecords (shards, labels.txt, dataset.json)
   checkpoints: $out/run/checkpoints
   logs:        $out/run/metrics.jsonl, $out/run/tensorboard (tensorboard --logdir $out/run), $out/run/config.json
+  curves:      $bin/python -m tfcnn.plots --log_dir $out/run --output_dir $out/plots
   SavedModel:  $out/saved_model (examples/classify.py shows how to use it)
   evaluation:  $out/eval.json
 

@@ -226,7 +226,8 @@ def test_plots_are_written(tmp_path):
                            f"--output_dir={tmp_path / 'plots'}"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"note: {run}: 1 line(s) of its metrics were cut short, left out" in done.stdout
-    assert "rn18_run (resnet18)" in (tmp_path / "plots" / "training_curves.svg").read_text()
+    curves = (tmp_path / "plots" / "training_curves.svg").read_text()
+    assert "rn18_run (resnet18)" in curves and ">validation</text>" in curves  # its validation drawn, and named
     for name in ("accuracy_vs_flops", "latency_vs_throughput", "training_curves"):
         png = (tmp_path / "plots" / f"{name}.png").read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000

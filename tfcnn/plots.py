@@ -83,9 +83,10 @@ def plot_training_curves(runs, output_dir):
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     loss_ax.legend(title="run (model)", fontsize=8)
-    top1_ax.legend(handles=[Line2D([], [], color="gray", label="training (since the last logged step)"),
-                            Line2D([], [], color="gray", linestyle="--", marker="o", label="validation")],
-                   fontsize=8)
+    kinds = [Line2D([], [], color="gray", label="training (since the last logged step)")]
+    if any(run["validation"] for run in runs):
+        kinds.append(Line2D([], [], color="gray", linestyle="--", marker="o", label="validation"))
+    top1_ax.legend(handles=kinds, fontsize=8)
     fig.suptitle("Training curves (metrics.jsonl)", fontsize=11)
     return _save(fig, output_dir, "training_curves")
 
