@@ -105,15 +105,17 @@ def test_bad_flags_are_refused_before_tensorflow_loads():
     """A bad flag answers at once: the entry point imports no TensorFlow (seconds) to say it. (--help too:
     test_python_api checks every command line's.)"""
     code = ("import runpy, sys\n"
-            "for bad in (['--data_dir=d', '--batch_size=0'], ['--data_dir=d', '--precision=fp64'], []):\n"
-            "    sys.argv = ['python -m tfcnn.evaluate', '--checkpoint=c', *bad]\n"
+            "for bad in (['--checkpoint=c', '--data_dir=d', '--batch_size=0'], ['--checkpoint=c', '--data_dir=d', "
+            "'--precision=fp64'], ['--saved_model=c']):\n"
+            "    sys.argv = ['python -m tfcnn.evaluate', *bad]\n"
             "    try:\n        runpy.run_module('tfcnn.evaluate', run_name='__main__', alter_sys=True)\n"
             "    except SystemExit as exit:\n        print('exit', exit.code)\n")
     lines, errors = run_without_tensorflow(code)
     assert lines == ["exit 2", "exit 2", "exit 2"], errors[-2000:]
     assert "--batch_size must be a positive integer, received: 0" in errors
     assert "argument --precision: invalid choice: 'fp64' (choose from 'fp32', 'fp16', 'bf16')" in errors
-    assert "--data_dir is required: the directory of the validation shards (only --log_dir defaults it" in errors
+    assert "--data_dir is required: the directory of the validation shards (only --log_dir and a --checkpoint of a " \
+        "training run default it" in errors
 
 
 def test_evaluation_prints_progress_unless_quiet(eval_setup, capsys):

@@ -288,6 +288,11 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path, capsys
     by_run = tfcnn.evaluate(str(log_dir), batch_size=16, progress=False, log=logged.append)
     assert (by_run.count, by_run.top1, by_run.data_dir) == (48, summary["validation"]["top1"], stripes)
     assert f"tfcnn.evaluate: on the validation split of {stripes}, the dataset the run read" in logged
+    # so do its checkpoints, by path (python -m tfcnn.evaluate --checkpoint DIR/checkpoints/ckpt-N)
+    by_checkpoint = tfcnn.evaluate(checkpoints.latest_checkpoint(str(log_dir)), batch_size=16, progress=False,
+                                   log=lambda *_: None)
+    assert (by_checkpoint.top1, by_checkpoint.data_dir) == (summary["validation"]["top1"], stripes)
+    assert sources.run_data_dir(str(log_dir / "checkpoints")) == stripes
     from tfcnn.train import RunResult
 
     in_memory = dataclasses.replace(RunResult.from_summary(summary), log_dir=None)  # a notebook's run, no log_dir

@@ -4,6 +4,7 @@
         --model NAME --weights FILE_OR_NAME) [--batch_size 256] [--precision fp32|fp16|bf16] [--output FILE]
         [--data_backend tf|dali_cpu|dali_gpu]
     python -m tfcnn.evaluate --log_dir DIR                     (the validation split of the dataset the run read)
+    python -m tfcnn.evaluate --checkpoint DIR/checkpoints/ckpt-N                                  (the same)
     horovodrun -np 8 python -m tfcnn.evaluate ...    (ranks split the records; counts are summed)
 
     result = tfcnn.evaluate("runs/rn50", data_dir=DIR)         # or a checkpoint, SavedModel, zoo model
@@ -113,7 +114,7 @@ def evaluate(source, *, data_dir: str | None = None, data=None, model: str | Non
     data_dir = data_dir or runs_dataset
     if data_dir is None and data is None:
         raise ValueError("evaluate needs data_dir (validation records) or data (in memory): only a training run "
-                         "that read records gives its own (its log directory or RunResult)")
+                         "that read records gives its own (its log directory, a checkpoint in it, or its RunResult)")
     if precision not in EVAL_PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(EVAL_PRECISIONS)}, received: {precision!r}")
     if batch_size < 1:
@@ -179,8 +180,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tfcnn.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="model name (default: what the checkpoint or SavedModel records)")
-    parser.add_argument("--data_dir", help="directory holding validation-*-of-* shards (default, with --log_dir: the "
-                                           "dataset the run read)")
+    parser.add_argument("--data_dir", help="directory holding validation-*-of-* shards (default, with --log_dir or a "
+                                           "--checkpoint of a training run: the dataset the run read)")
     add_weight_sources(parser, "a SavedModel exported by training (--export_dir), tfcnn.convert or tfcnn.export")
     parser.add_argument("--batch_size", type=int, default=256)
     parser.add_argument("--precision", choices=EVAL_PRECISIONS, default="fp32")
@@ -193,9 +194,9 @@ def parse_args(argv=None):
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
     check_feed_flags(parser, args, ("batch_size", "image_size", "num_classes"))
-    if args.data_dir is None and not args.log_dir:
-        parser.error("--data_dir is required: the directory of the validation shards (only --log_dir defaults it, "
-                     "to the dataset its run read)")
+    if args.data_dir is None and not (args.log_dir or args.checkpoint):
+        parser.error("--data_dir is required: the directory of the validation shards (only --log_dir and a "
+                     "--checkpoint of a training run default it, to the dataset the run read)")
     return args
 
 

@@ -41,16 +41,24 @@ def describe(source) -> str:
 
 
 def run_data_dir(source) -> str | None:
-    """The dataset a training log directory's run (or a RunResult's) read, from its config.json: its
-    validation split is what evaluate scores without a data_dir, its labels.txt what an export carries.
-    None for any other source, or a run trained on arrays in memory."""
+    """The dataset a training run read, from its config.json: a RunResult's, a log directory's, or that of the
+    run whose log directory holds a checkpoint given by path (LOG/checkpoints/ckpt-N, or LOG/checkpoints). Its
+    validation split is what evaluate scores without a data_dir, its labels.txt what an export carries. None
+    for any other source, or a run trained on arrays in memory."""
     if _is_run_result(source):
         return (source.summary.get("config") or {}).get("data_dir")
-    if not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source):
+    if not isinstance(source, (str, os.PathLike)):
         return None
+    from tfcnn.checkpoints import CHECKPOINT_SUBDIR
     from tfcnn.training.plan import previous_config
 
-    return (previous_config(os.fspath(source)) or {}).get("data_dir")
+    path = os.path.normpath(os.fspath(source))
+    if not os.path.isdir(path) or os.path.basename(path) == CHECKPOINT_SUBDIR:  # a checkpoint, or their folder
+        folder = path if os.path.basename(path) == CHECKPOINT_SUBDIR else os.path.dirname(path)
+        if os.path.basename(folder) != CHECKPOINT_SUBDIR:
+            return None
+        path = os.path.dirname(folder)  # the run's log directory
+    return (previous_config(path) or {}).get("data_dir")
 
 
 def _is_run_result(source) -> bool:
