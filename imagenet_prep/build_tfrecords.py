@@ -72,8 +72,7 @@ def list_images(folder: str) -> list[str]:
     paths = []
     for parent, folders, names in os.walk(folder):
         folders[:] = [n for n in folders if not n.startswith(".")]
-        paths += [os.path.join(parent, n) for n in names
-                  if not n.startswith(".") and os.path.splitext(n)[1].lower() in records.IMAGE_EXTENSIONS]
+        paths += [os.path.join(parent, n) for n in names if records.is_image_name(n)]
     return sorted(paths)
 
 

@@ -25,6 +25,11 @@ METADATA_FILE = "dataset.json"
 SPLITS = ("train", "validation")
 # The image files imagenet_prep converts (by their content; these names pick them out of a folder).
 IMAGE_EXTENSIONS = {".jpeg", ".jpg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+
+
+def is_image_name(name: str) -> bool:
+    """A file name imagenet_prep takes as an image: an image extension, not hidden (.DS_Store, ._x.jpg)."""
+    return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 _SHARD_RE = re.compile(r"^(?P<split>train|validation)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
 
 
@@ -71,7 +76,7 @@ def conversion_advice(data_dir: str) -> str:
     converts them (its train/ and val/ or validation/ folders, or itself as the training split); else ''."""
     def holds_images(folder):
         with os.scandir(folder) as entries:
-            return any(e.is_file() and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS for e in entries)
+            return any(e.is_file() and is_image_name(e.name) for e in entries)
 
     if not os.path.isdir(data_dir):
         return ""
