@@ -310,6 +310,8 @@ def test_grayscale_images_are_their_grey_in_rgb():
     (lambda x, y: tfcnn.train(model="testnet", val_data=(x, y)), "val_data needs train_data"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), callbacks=[tf.keras.callbacks.ReduceLROnPlateau()]),
      r"callbacks: ReduceLROnPlateau sets a learning rate that tfcnn's schedule ignores .* lr_schedule \(cosine, "),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), callbacks=[print]),
+     r"callbacks: builtin_function_or_method is not a Keras callback: pass tf.keras.callbacks instances \(subclass "),
     (lambda x, y: tfcnn.train(model="testnet", train_data=[x]), r"pass \(x, y\) arrays"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), bogus=1), "unknown training option 'bogus'"),
     (lambda x, y: tfcnn.evaluate("/no/such/run", data=(x, y)), "/no/such/run: no such file or directory"),
@@ -337,6 +339,28 @@ def test_bad_calls_are_errors_naming_the_value(testnet, call, message):
     x, y = stripe_arrays(16, size=16)
     with pytest.raises(ValueError, match=message):
         call(x, y)
+
+
+def test_callbacks_are_keras_2_ones_alone_or_listed(testnet):
+    """One callback may come alone, as Keras' fit takes it; Keras 3's (`import keras` on TensorFlow >= 2.16) are
+    refused naming tf.keras' twin: Keras 2's fit, which tfcnn runs, failed on them with an AttributeError."""
+    from tfcnn.training.run import checked_callbacks
+
+    early = tf.keras.callbacks.EarlyStopping()
+    assert checked_callbacks(early) == checked_callbacks((early,)) == [early] and checked_callbacks(None) == []
+    import keras
+
+    if keras.__version__.startswith("2"):  # TensorFlow 2.15: `import keras` is tf.keras
+        assert keras.callbacks.EarlyStopping is tf.keras.callbacks.EarlyStopping
+        return
+    x, y = stripe_arrays(16, size=16)
+    with pytest.raises(ValueError, match=r"^callbacks: EarlyStopping is Keras 3's \(keras.callbacks, from `import "
+                                         r"keras`\) and tfcnn trains with Keras 2 \(tf.keras\): use "
+                                         r"tf.keras.callbacks.EarlyStopping$"):
+        tfcnn.train(model="testnet", train_data=(x, y), callbacks=keras.callbacks.EarlyStopping(monitor="loss"))
+    with pytest.raises(ValueError, match=r"^callbacks: SwapEMAWeights is Keras 3's .* Keras 2 has no SwapEMAWeights: "
+                                         r"subclass tf.keras.callbacks.Callback for your own$"):
+        checked_callbacks([early, keras.callbacks.SwapEMAWeights()])
 
 
 def test_an_output_directory_replaces_only_one_of_its_kind(tmp_path):

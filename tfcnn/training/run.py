@@ -25,6 +25,33 @@ from tfcnn.training.trainer import build_trainer, fit_segment, predict
 from tfcnn.training.validation import Validator
 
 
+def checked_callbacks(callbacks) -> list:
+    """`callbacks` as a list (None, or one callback alone, as Keras' fit takes them, too), or a ValueError naming
+    the one tfcnn cannot run: not a tf.keras callback (Keras 3's, from `import keras`, failed deep inside Keras
+    2's fit with an AttributeError), or one that sets a learning rate."""
+    if callbacks is None:
+        return []
+    if not isinstance(callbacks, (list, tuple)):
+        callbacks = [callbacks]
+    for callback in callbacks:
+        kind = type(callback)
+        if not isinstance(callback, tf.keras.callbacks.Callback):
+            own = "subclass tf.keras.callbacks.Callback for your own"
+            if kind.__module__.split(".")[0] == "keras":  # tf.keras is tf_keras (Keras 2): tfcnn is written for it
+                twin = (f"use tf.keras.callbacks.{kind.__name__}" if hasattr(tf.keras.callbacks, kind.__name__)
+                        else f"Keras 2 has no {kind.__name__}: {own}")
+                raise ValueError(f"callbacks: {kind.__name__} is Keras 3's (keras.callbacks, from `import keras`) "
+                                 f"and tfcnn trains with Keras 2 (tf.keras): {twin}")
+            raise ValueError(f"callbacks: {kind.__name__} is not a Keras callback: pass tf.keras.callbacks "
+                             f"instances ({own})")
+        if isinstance(callback, (tf.keras.callbacks.ReduceLROnPlateau, tf.keras.callbacks.LearningRateScheduler)):
+            # Measured: its changes printed, the weights bit for bit those of a run without it.
+            raise ValueError(f"callbacks: {kind.__name__} sets a learning rate that tfcnn's schedule "
+                             f"ignores (it would print its changes and change nothing): choose the schedule with "
+                             f"lr_schedule ({', '.join(SCHEDULES)}), lr and warmup_epochs")
+    return list(callbacks)
+
+
 def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, batches=None,
           epoch_images: int | None = None) -> dict:
     """Runs (or resumes) a training run; returns its summary. Every rank calls this.
@@ -44,12 +71,7 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
     The summary's `model` is the zoo model as trained (its raw weights: with --ema_decay the checkpoints
     and the export hold their average).
     """
-    for callback in callbacks:
-        if isinstance(callback, (tf.keras.callbacks.ReduceLROnPlateau, tf.keras.callbacks.LearningRateScheduler)):
-            # Measured: its changes printed, the weights bit for bit those of a run without it.
-            raise ValueError(f"callbacks: {type(callback).__name__} sets a learning rate that tfcnn's schedule "
-                             f"ignores (it would print its changes and change nothing): choose the schedule with "
-                             f"lr_schedule ({', '.join(SCHEDULES)}), lr and warmup_epochs")
+    callbacks = checked_callbacks(callbacks)
     distributed.init()
     given = batches is not None or train_data is not None
     if (given or val_data is not None) and config.elastic:
