@@ -349,14 +349,27 @@ def test_the_weight_average_is_what_checkpoints_evaluate_and_export(stripes, tmp
     from tfcnn.models.weights import open_weights
 
     log_dir, export_dir = tmp_path / "run", tmp_path / "export"
+    # Keras' ModelCheckpoint, whose self.model is the trainer, in both its forms
+    keras_files = [tmp_path / "keras.weights.h5", tmp_path / "keras_model.keras"]
+    keras_checkpoints = [tf.keras.callbacks.ModelCheckpoint(str(keras_files[0]), save_weights_only=True),
+                         tf.keras.callbacks.ModelCheckpoint(str(keras_files[1]))]
     summary = train(make_config(**TINY, data_dir=stripes, num_iter=6, iter_unit="batch", ema_decay=0.5,
-                                optimizer="rmsprop", epsilon=0.001, log_dir=str(log_dir), export_dir=str(export_dir)))
+                                optimizer="rmsprop", epsilon=0.001, log_dir=str(log_dir), export_dir=str(export_dir)),
+                    callbacks=keras_checkpoints)
     assert checkpoints.describe(checkpoints.latest_checkpoint(str(log_dir))).averaged
     averaged = create_model("testnet", weights=str(log_dir), log=lambda *_: None)  # what tfcnn.evaluate loads
     source = open_weights("testnet", str(log_dir))
     source.averaged = False
     raw = create_model("testnet", weights=source, log=lambda *_: None)
     assert any(not np.allclose(a, b) for a, b in zip(averaged.get_weights(), raw.get_weights()))
+    # ModelCheckpoint wrote the zoo model with the average, as the checkpoint holds it: the trainer's layout
+    # (which create_model's model cannot load) and the raw weights would both fail these
+    by_weights = create_model("testnet", num_classes=averaged.output_shape[-1], input_shape=averaged.input_shape[1:])
+    by_weights.load_weights(str(keras_files[0]))
+    for loaded in (by_weights, tf.keras.models.load_model(str(keras_files[1]))):
+        assert len(loaded.get_weights()) == len(averaged.get_weights())
+        for a, b in zip(averaged.get_weights(), loaded.get_weights()):
+            np.testing.assert_array_equal(a, b)
     pixels = tf.cast(tf.random.stateless_uniform([2, 32, 32, 3], seed=(3, 4), maxval=256, dtype=tf.int32), tf.float32)
     data = averaged.data_config
     served = tf.saved_model.load(str(export_dir)).signatures["serving_default"](images=pixels)["logits"].numpy()

@@ -115,6 +115,22 @@ class ClassifierTrainer(tf.keras.Model):
         when training keeps one, else its own."""
         return self.ema.swapped_in() if self.ema else contextlib.nullcontext()
 
+    def save_weights(self, filepath, *args, **kwargs):
+        """The zoo model's weights, as `inference_weights` holds them, written by rank 0 (every rank holds the
+        same): what a Keras callback's `self.model` (this trainer) is asked for, e.g. by
+        ModelCheckpoint(save_weights_only=True), so that `create_model(...).load_weights(path)` takes them. The
+        trainer's own state (step, optimizer) is the checkpoints' (log_dir)."""
+        self._save_model(lambda: self.model.save_weights(filepath, *args, **kwargs))
+
+    def save(self, filepath, *args, **kwargs):
+        """The zoo model, as save_weights writes it (ModelCheckpoint's whole-model form)."""
+        self._save_model(lambda: self.model.save(filepath, *args, **kwargs))
+
+    def _save_model(self, write):
+        if distributed.is_chief():
+            with self.inference_weights():
+                write()
+
     def compute_gradients(self, images, labels, mix=None):
         """(loss, logits, gradients of the [scaled] loss, the labels top-1 counts) on this rank's batch.
         mix: a mixing.Mix drawn for the batch (MixUp / CutMix on the normalized images and their
