@@ -310,6 +310,8 @@ def test_grayscale_images_are_their_grey_in_rgb():
     (lambda x, y: tfcnn.train(model="testnet", val_data=(x, y)), "val_data needs train_data"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), callbacks=[tf.keras.callbacks.ReduceLROnPlateau()]),
      r"callbacks: ReduceLROnPlateau sets a learning rate that tfcnn's schedule ignores .* lr_schedule \(cosine, "),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), callbacks=tf.keras.callbacks.BackupAndRestore("b")),
+     r"callbacks: BackupAndRestore restores nothing here: tfcnn resumes a run from its own checkpoints; pass log_dir "),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), callbacks=[print]),
      r"callbacks: builtin_function_or_method is not a Keras callback: pass tf.keras.callbacks instances \(subclass "),
     (lambda x, y: tfcnn.train(model="testnet", train_data=[x]), r"pass \(x, y\) arrays"),
@@ -392,13 +394,20 @@ def test_python_m_tfcnn_train_works_outside_the_source_tree(tmp_path):
         shown = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
         assert shown.returncode == 0 and "--" in shown.stdout, (tool, shown.stderr[-2000:])
     located = subprocess.run([sys.executable, "-c", "import gc, sys, tfcnn; print(tfcnn.__file__); "
-                              "print('tensorflow' in sys.modules, gc.get_freeze_count()); import tensorflow; "
-                              "print(gc.get_freeze_count(), len(gc.get_objects()))"],
+                              "print('tensorflow' in sys.modules, gc.get_freeze_count()); import tensorflow as tf; "
+                              "print(gc.get_freeze_count(), len(gc.get_objects())); "
+                              "tf.train.Checkpoint(v=tf.Variable(1.0)).write('ckpt'); "
+                              "tf.get_logger().warning('once'); tf.get_logger().propagate = True; "
+                              "tf.get_logger().warning('twice')"],
                              capture_output=True, text=True, cwd=tmp_path, env=env)
     assert located.stdout.splitlines()[1] == "False 0", located.stderr  # importing tfcnn loads no TensorFlow
     # then importing TensorFlow leaves its objects out of garbage collection (tfcnn/__init__.py: its exit's cost)
     frozen, tracked = map(int, located.stdout.splitlines()[2].split())
     assert frozen > 100_000 and tracked < frozen / 100, located.stdout
+    # and its warnings are printed once after a checkpoint is written, which gives the root logger a handler: the
+    # same warning passed on to the root's, as TensorFlow's logger did, is printed twice
+    printed = located.stderr.splitlines()
+    assert (printed.count("WARNING:tensorflow:once"), printed.count("WARNING:tensorflow:twice")) == (1, 2), printed
 
 
 # Every command line but `python -m tfcnn.models` (the zoo's table is the zoo, which needs TensorFlow) and

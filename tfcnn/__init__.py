@@ -27,12 +27,26 @@ import types
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 
-class _FreezeOnImport(importlib.abc.MetaPathFinder):
-    """Once `tensorflow` has been imported, moves every object there is into the garbage collector's permanent
-    generation (gc.freeze). TensorFlow's 270,000 module-level objects live as long as the process and are never
-    garbage (a collection right after its import finds none), yet CPython's collections at exit traverse them
-    all: 0.85 of the 1.0 CPU-s a tfcnn process took to exit (2-core EPYC), 0.15 frozen. Objects made later
-    are collected as before."""
+def _tensorflow_loaded(tf) -> None:
+    """What tfcnn sets once TensorFlow is imported, by whichever import comes first.
+
+    TensorFlow's 270,000 module-level objects go to the garbage collector's permanent generation (gc.freeze):
+    they live as long as the process and are never garbage (a collection right after the import finds none),
+    yet CPython's collections at exit traverse them all: 0.85 of the 1.0 CPU-s a tfcnn process took to exit
+    (2-core EPYC), 0.15 frozen. Objects made later are collected as before.
+
+    TensorFlow's logger prints through a handler of its own when the root logger has none, counting on the
+    root staying so; but absl's first log call (TensorFlow's checkpoint writer makes one) gives the root a
+    handler (logging.basicConfig), and every TensorFlow warning after a notebook's first checkpoint was
+    printed twice. With its own handler it no longer passes lines on to the root's."""
+    gc.freeze()
+    logger = tf.get_logger()
+    if logger.handlers:
+        logger.propagate = False
+
+
+class _OnTensorFlowImport(importlib.abc.MetaPathFinder):
+    """Calls _tensorflow_loaded once `tensorflow` has been imported."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "tensorflow" or self not in sys.meta_path:
@@ -44,15 +58,15 @@ class _FreezeOnImport(importlib.abc.MetaPathFinder):
 
             def exec_module(module):
                 execute(module)
-                gc.freeze()
+                _tensorflow_loaded(module)
             spec.loader.exec_module = exec_module
         return spec
 
 
 if "tensorflow" in sys.modules:
-    gc.freeze()
+    _tensorflow_loaded(sys.modules["tensorflow"])
 else:
-    sys.meta_path.insert(0, _FreezeOnImport())
+    sys.meta_path.insert(0, _OnTensorFlowImport())
 
 __version__ = "0.1.0"
 __all__ = ["benchmark", "convert", "create_model", "evaluate", "export", "list_models", "model_info", "plots",

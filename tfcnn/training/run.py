@@ -28,7 +28,7 @@ from tfcnn.training.validation import Validator
 def checked_callbacks(callbacks) -> list:
     """`callbacks` as a list (None, or one callback alone, as Keras' fit takes them, too), or a ValueError naming
     the one tfcnn cannot run: not a tf.keras callback (Keras 3's, from `import keras`, failed deep inside Keras
-    2's fit with an AttributeError), or one that sets a learning rate."""
+    2's fit with an AttributeError), one that sets a learning rate, or BackupAndRestore."""
     if callbacks is None:
         return []
     if not isinstance(callbacks, (list, tuple)):
@@ -49,6 +49,10 @@ def checked_callbacks(callbacks) -> list:
             raise ValueError(f"callbacks: {kind.__name__} sets a learning rate that tfcnn's schedule "
                              f"ignores (it would print its changes and change nothing): choose the schedule with "
                              f"lr_schedule ({', '.join(SCHEDULES)}), lr and warmup_epochs")
+        if isinstance(callback, tf.keras.callbacks.BackupAndRestore):
+            # Measured: it warned that the trainer was not built and restored nothing on the rerun.
+            raise ValueError("callbacks: BackupAndRestore restores nothing here: tfcnn resumes a run from its own "
+                             "checkpoints; pass log_dir and rerun the same call")
     return list(callbacks)
 
 
