@@ -61,7 +61,10 @@ def check(data, what: str = "train_data", num_classes: int | None = None):
             raise ValueError(f"{what}: images must be [height, width, 3] RGB or [height, width(, 1)] grayscale, "
                              f"received shape {image_spec.shape}")
         if not label_spec.dtype.is_integer:
-            raise ValueError(f"{what}: labels must be integers (0-based classes), received {label_spec.dtype.name}")
+            cast = ("" if label_spec.dtype == tf.string else
+                    ": cast them, data.map(lambda image, label: (image, tf.cast(label, tf.int32)))")
+            raise ValueError(f"{what}: labels must be integers (0-based classes), received "
+                             f"{label_spec.dtype.name}{cast}")
         if int(data.cardinality()) == tf.data.INFINITE_CARDINALITY:
             raise ValueError(f"{what}: the Dataset is infinite; pass one epoch of it (tfcnn repeats it)")
         return data
@@ -85,11 +88,27 @@ def check(data, what: str = "train_data", num_classes: int | None = None):
                          f"y.argmax(axis=1)")
     if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer):
         raise ValueError(f"{what}: y must be [count] integer labels matching x's {len(x)} images, received "
-                         f"shape {y.shape}, dtype {y.dtype}")
-    if len(x) and (y.min() < 0 or num_classes is not None and y.max() >= num_classes):
-        bad = int(y.min()) if y.min() < 0 else int(y.max())
-        raise ValueError(f"{what}: label {bad} is not a 0-based class below num_classes {num_classes}")
+                         f"shape {y.shape}, dtype {y.dtype}{_label_advice(y) if y.shape == (len(x),) else ''}")
+    if len(x) and y.min() < 0:
+        raise ValueError(f"{what}: label {int(y.min())} is negative: labels are 0-based class numbers")
+    if len(x) and num_classes is not None and y.max() >= num_classes:
+        raise ValueError(f"{what}: label {int(y.max())} is not a 0-based class below num_classes {num_classes}")
     return x, y
+
+
+def _label_advice(y: np.ndarray) -> str:
+    """The way from labels of another dtype to class numbers: whole numbers as floats (a CSV's), booleans or
+    Python objects are cast; names are numbered."""
+    try:
+        with np.errstate(invalid="ignore"):
+            whole = np.array_equal(y.astype(np.int64), y)
+    except (TypeError, ValueError):  # names
+        whole = False
+    if whole:
+        return ": pass y.astype(int)"
+    if y.dtype.kind in "USO":
+        return ": number the classes, e.g. names, y = np.unique(y, return_inverse=True)"
+    return ""
 
 
 def _check_scale(x: np.ndarray, what: str):
