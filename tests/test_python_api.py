@@ -69,6 +69,11 @@ def test_a_notebook_trains_evaluates_exports_and_classifies_a_jpeg(testnet, tmp_
     by_model = tfcnn.evaluate(result, data=(x_val, y_val), batch_size=7)
     assert by_checkpoint.count == by_model.count == 64 and by_checkpoint.model == "testnet"
     assert by_checkpoint.top1_correct == by_model.top1_correct == result.validation["top1_correct"]
+    # data it cannot count: named as the call names them (a score of 0 images was 0%)
+    with pytest.raises(ValueError, match=r"^data: label 6 is not a 0-based class below num_classes 2$"):
+        tfcnn.evaluate(result, data=(x_val, y_val + 5))
+    with pytest.raises(ValueError, match=r"^data holds no images: nothing to evaluate$"):
+        tfcnn.evaluate(result, data=(x_val[:0], y_val[:0]))
     # predictions from pixels, fed as evaluation feeds them: their argmax is what it counted, image by image
     probabilities = tfcnn.predict(result, x_val, batch_size=5)
     assert probabilities.shape == (64, 2) and probabilities.dtype == np.float32
@@ -336,6 +341,8 @@ def test_grayscale_images_are_their_grey_in_rgb():
     (lambda x, y: tfcnn.predict("/no/such/run", x[..., :2]),
      r"images: x must be \[count, height, width, 3\] RGB images or .* received shape \(16, 16, 16, 2\)$"),
     (lambda x, y: tfcnn.predict("/no/such/run", x, batch_size=0), "batch_size must be a positive integer, received: 0"),
+    (lambda x, y: tfcnn.predict("/no/such/run", x[0]),
+     r"images: x of shape \(16, 16, 3\) is one image, not a batch of them: pass x\[None\] for one "),
     (lambda x, y: tfcnn.benchmark(["resnet18", "resnet5"]), r"unknown model name\(s\) in --models: resnet5; valid"),
     (lambda x, y: tfcnn.benchmark("resnet18", batch_sizes=[8, 0]),
      r"--batch_sizes must list at least one positive integer, received: \[8, 0\]$"),

@@ -140,7 +140,7 @@ def evaluate(source, *, data_dir: str | None = None, data=None, model: str | Non
     if data is None:
         dataset = backends.build_dataset(data_backend, data_dir, "validation", batch_size, view.input_size, **options)
     else:
-        dataset = memory.eval_batches(data, batch_size=batch_size, image_size=view.input_size, **options)
+        dataset = memory.eval_batches(data, batch_size=batch_size, image_size=view.input_size, what="data", **options)
     report = None
     if chief and progress and share is not None:
         label = "images" if distributed.size() == 1 else "images (rank 0's share)"
@@ -150,6 +150,9 @@ def evaluate(source, *, data_dir: str | None = None, data=None, model: str | Non
     keys = ("count", "top1_correct", "top5_correct")
     summed = distributed.allreduce(tf.constant([local[k] for k in keys], tf.int64), average=False,
                                    name="tfcnn_eval_counts").numpy()
+    if not summed[0]:  # every rank alike: the counts are summed
+        raise ValueError("data holds no images: nothing to evaluate" if data is not None else
+                         f"{data_dir}: its validation records hold no images: nothing to evaluate")
     return EvalResult(model=run["model"], **accuracy(dict(zip(keys, (int(v) for v in summed)))),
                       num_classes=run["num_classes"], image_size=view.input_size, ranks=distributed.size(),
                       weights=sources.describe(source), data_dir=data_dir, data_config=view.to_dict())

@@ -48,7 +48,7 @@ def predict(source, images, *, batch_size: int = 256, model: str | None = None, 
     view = run["data_config"]
     batches = memory.eval_batches(data, batch_size=batch_size, image_size=view.input_size,
                                   num_classes=run["num_classes"], crop_fraction=view.crop_fraction,
-                                  interpolation=view.interpolation, eval_crop=view.eval_crop)
+                                  interpolation=view.interpolation, eval_crop=view.eval_crop, what="images")
     probabilities = [tf.nn.softmax(tf.cast(network(batch), tf.float32)).numpy() for batch, _ in batches]
     return np.concatenate(probabilities) if probabilities else np.zeros((0, run["num_classes"]), np.float32)
 

@@ -72,6 +72,9 @@ def check(data, what: str = "train_data", num_classes: int | None = None):
         raise ValueError(f"{what}: pass (x, y) arrays or a tf.data.Dataset of (image, label), received "
                          f"{type(data).__name__}")
     x, y = np.asarray(data[0]), np.asarray(data[1])
+    if x.ndim == 3 and x.shape[-1] in (1, 3):  # grayscale images 1 or 3 pixels wide are none
+        raise ValueError(f"{what}: x of shape {x.shape} is one image, not a batch of them: pass x[None] for one "
+                         f"([count, height, width, 3])")
     if x.ndim == 3:  # [count, height, width] grayscale: given its channel axis (a view, no copy)
         x = x[..., None]
     if x.ndim != 4 or x.shape[-1] not in (1, 3):
@@ -190,9 +193,9 @@ def train_batches(data, *, batch_size: int, image_size: int, num_classes: int, s
 
 def eval_batches(data, *, batch_size: int, image_size: int, num_classes: int, crop_fraction: float,
                  interpolation: str = "bilinear", eval_crop: str = "torchvision", num_shards: int = 1,
-                 shard_index: int = 0):
+                 shard_index: int = 0, what: str = "val_data"):
     """One pass over this rank's share: images already image_size x image_size as they are (prepared data),
-    others the evaluation view (resize, centre crop) the records get."""
+    others the evaluation view (resize, centre crop) the records get. what: the data's name in errors."""
     def transform(image, label):
         shape = tf.shape(image)
         prepared = tf.logical_and(tf.equal(shape[0], image_size), tf.equal(shape[1], image_size))
@@ -200,7 +203,7 @@ def eval_batches(data, *, batch_size: int, image_size: int, num_classes: int, cr
                         lambda: preprocessing.eval_view(image, image_size, crop_fraction, interpolation, eval_crop))
         return tf.ensure_shape(image, [image_size, image_size, 3]), _checked(label, num_classes)
 
-    mine = share(data, num_shards, shard_index, "val_data", num_classes)
+    mine = share(data, num_shards, shard_index, what, num_classes)
     return mine.map(transform, num_parallel_calls=AUTOTUNE).batch(batch_size).prefetch(AUTOTUNE)
 
 
