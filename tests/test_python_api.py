@@ -116,6 +116,19 @@ def test_a_notebook_trains_evaluates_exports_and_classifies_a_jpeg(testnet, tmp_
         # the encoded-image signature takes the evaluation view (resize, centre crop) of the file
         by_bytes.append(int(np.argmax(loaded.signatures["classify_encoded"](encoded=tf.constant([encoded]))["logits"])))
     assert by_pixels == by_bytes == list(y_val[:8]), (by_pixels, by_bytes, y_val[:8])
+    # predict takes the files (or their bytes, or images of other sizes) as that signature takes their bytes
+    from PIL import Image
+
+    Image.fromarray(x_val[8]).resize((48, 40)).save(tmp_path / "larger.png")  # another size, and a PNG
+    files = [str(tmp_path / name) for name in (*(f"{i}.jpg" for i in range(8)), "larger.png")]
+    served = np.concatenate([loaded.signatures["classify_encoded"](encoded=tf.constant([open(path, "rb").read()]))[
+        "probabilities"].numpy() for path in files])
+    np.testing.assert_allclose(tfcnn.predict(result, files, batch_size=4, log=quiet), served, rtol=1e-4, atol=1e-6)
+    # (arrays, as ever, get the view unless they are the input size: these are not)
+    mixed = [open(files[0], "rb").read(), Image.open(files[8]), np.asarray(Image.open(files[8]))]
+    np.testing.assert_allclose(tfcnn.predict(result, mixed, log=quiet), served[[0, 8, 8]], rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match=r"^images\[1\]: the bytes given: not an image TensorFlow decodes \(JPEG, "):
+        tfcnn.predict(result, [files[0], b"\xff\xd8\xff not a JPEG"], log=quiet)
 
 
 @pytest.mark.slow
@@ -341,6 +354,10 @@ def test_grayscale_images_are_their_grey_in_rgb():
     (lambda x, y: tfcnn.predict("/no/such/run", x[..., :2]),
      r"images: x must be \[count, height, width, 3\] RGB images or .* received shape \(16, 16, 16, 2\)$"),
     (lambda x, y: tfcnn.predict("/no/such/run", x, batch_size=0), "batch_size must be a positive integer, received: 0"),
+    (lambda x, y: tfcnn.predict("/no/such/run", ["/no/such/image.jpg"]),
+     r"^images\[0\]: /no/such/image.jpg: no such file$"),
+    (lambda x, y: tfcnn.predict("/no/such/run", (x, y)),
+     r"^images\[0\] is 16 images: pass one list of images, or their array alone \(predict takes no labels\)$"),
     (lambda x, y: tfcnn.predict("/no/such/run", x[0]),
      r"images: x of shape \(16, 16, 3\) is one image, not a batch of them: pass x\[None\] for one "),
     (lambda x, y: tfcnn.benchmark(["resnet18", "resnet5"]), r"unknown model name\(s\) in --models: resnet5; valid"),

@@ -1,16 +1,20 @@
-"""Class probabilities of images in memory, each fed as tfcnn.evaluate feeds it.
+"""Class probabilities of images, each fed as tfcnn.evaluate feeds it.
 
     probabilities = tfcnn.predict(result, x_test)     # [N, classes]; the source: anything tfcnn.evaluate takes
     classes = probabilities.argmax(axis=1)
+    tfcnn.predict(result, ["cat.jpg", "dog.png"])     # image files, or a list of images of different sizes
 
 The images are what tfcnn.train takes in memory: 0-255 RGB (or grayscale) NumPy arrays [N, H, W(, 3)] of any
-size, or a tf.data.Dataset of images (or of (image, label) pairs, the labels ignored). Each gets the evaluation
-view of the weights' data config (resized and centre-cropped to the input size, unless already that size) and
-their normalization. A zoo model (create_model(...), RunResult.model) takes normalized images, not pixels:
-calling it on pixels gives other classes (it warns); this is the call that takes pixels. Under horovodrun each
-rank predicts every image.
+size, or a tf.data.Dataset of images (or of (image, label) pairs, the labels ignored); or a list of images one
+by one, of any sizes: arrays, PIL images, image files (paths) or their bytes (JPEG, PNG, GIF, BMP, WebP; decoded
+as evaluation decodes records), read a batch at a time. Each gets the evaluation view of the weights' data
+config (resized and centre-cropped to the input size, unless already that size) and their normalization. A zoo
+model (create_model(...), RunResult.model) takes normalized images, not pixels: calling it on pixels gives other
+classes (it warns); this is the call that takes pixels. Under horovodrun each rank predicts every image.
 """
 from __future__ import annotations
+
+import os
 
 from tfcnn import callable_module
 
@@ -28,7 +32,11 @@ def predict(source, images, *, batch_size: int = 256, model: str | None = None, 
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, received: {batch_size}")
-    if isinstance(images, tf.data.Dataset):
+    listed = _listed(images) if isinstance(images, (list, tuple, str, bytes, os.PathLike)) or _is_pil(images) \
+        else None
+    if listed is not None:
+        data = None
+    elif isinstance(images, tf.data.Dataset):
         spec = images.element_spec
         if isinstance(spec, tuple) and len(spec) == 2:  # (image, label): the labels are not needed
             images, spec = images.map(lambda image, _: image), spec[0]
@@ -41,16 +49,78 @@ def predict(source, images, *, batch_size: int = 256, model: str | None = None, 
     else:
         x = np.asarray(images)
         data = (x, np.zeros(len(x) if x.ndim else 0, np.int64))
-    memory.check(data, "images")  # before any weights load
+    if data is not None:
+        memory.check(data, "images")  # before any weights load
     network, run = load_predictor(source, model=model, precision=precision, image_size=image_size,
                                   crop_fraction=crop_fraction, interpolation=interpolation, eval_crop=eval_crop,
                                   log=log)
     view = run["data_config"]
-    batches = memory.eval_batches(data, batch_size=batch_size, image_size=view.input_size,
-                                  num_classes=run["num_classes"], crop_fraction=view.crop_fraction,
-                                  interpolation=view.interpolation, eval_crop=view.eval_crop, what="images")
+    feed = dict(batch_size=batch_size, image_size=view.input_size, num_classes=run["num_classes"],
+                crop_fraction=view.crop_fraction, interpolation=view.interpolation, eval_crop=view.eval_crop,
+                what="images")
+    if listed is None:
+        batches = memory.eval_batches(data, **feed)
+    else:  # a batch's files decoded at a time: a list of photos need not fit in memory at once
+        batches = (batch for start in range(0, len(listed), batch_size)
+                   for batch in memory.eval_batches(_decoded(listed, start, batch_size, view), **feed))
     probabilities = [tf.nn.softmax(tf.cast(network(batch), tf.float32)).numpy() for batch, _ in batches]
     return np.concatenate(probabilities) if probabilities else np.zeros((0, run["num_classes"]), np.float32)
+
+
+def _listed(images) -> list:
+    """The items of a list of images (one path, bytes or PIL image alone: a list of one) as `_decoded` reads
+    them: arrays checked as images in memory are (PIL images as arrays, converted to RGB unless grey or
+    16-bit), files checked to exist; a ValueError names the item (images[i]), before any weights load."""
+    import numpy as np
+
+    from tfcnn.data import memory
+
+    items = []
+    alone = isinstance(images, (str, bytes, os.PathLike)) or _is_pil(images)
+    for index, item in enumerate([images] if alone else images):
+        what = f"images[{index}]"
+        if isinstance(item, (str, os.PathLike)):
+            if not os.path.isfile(item):
+                raise ValueError(f"{what}: {os.fspath(item)}: no such file")
+        elif not isinstance(item, bytes):
+            if _is_pil(item):  # palette, alpha, CMYK and the like to RGB
+                item = item if item.mode in ("RGB", "L") or item.mode.startswith(("I", "F")) else item.convert("RGB")
+            item = np.asarray(item)
+            if item.ndim == 4:
+                raise ValueError(f"{what} is {len(item)} images: pass one list of images, or their array alone "
+                                 f"(predict takes no labels)")
+            memory.check((item[None], np.zeros(1, np.int64)), what)
+        items.append(item)
+    return items
+
+
+def _is_pil(image) -> bool:
+    return hasattr(image, "mode") and hasattr(image, "convert") and hasattr(image, "getpixel")
+
+
+def _decoded(items, start: int, count: int, view):
+    """items[start:start + count] as a Dataset of (float32 image, label 0). Files and bytes get the evaluation
+    view (`view`, a DataConfig) as a record's image and the export's classify_encoded get it, whatever their size
+    (preprocessing.eval_image); a ValueError names one that is no image. Arrays are as images in memory are."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tfcnn.data import preprocessing
+
+    images = []
+    for index, item in enumerate(items[start:start + count], start):
+        if isinstance(item, (str, os.PathLike, bytes)):
+            name = os.fspath(item) if not isinstance(item, bytes) else "the bytes given"
+            try:
+                encoded = item if isinstance(item, bytes) else tf.io.read_file(os.fspath(item))
+                item = preprocessing.eval_image(encoded, view.input_size, view.crop_fraction, view.interpolation,
+                                                view.eval_crop).numpy()
+            except tf.errors.OpError as error:
+                raise ValueError(f"images[{index}]: {name}: not an image TensorFlow decodes (JPEG, PNG, GIF, BMP, "
+                                 f"WebP), or a damaged one") from error
+        images.append((item if item.ndim == 3 else item[..., None]).astype(np.float32))
+    return tf.data.Dataset.from_generator(lambda: ((image, 0) for image in images), output_signature=(
+        tf.TensorSpec([None, None, None], tf.float32), tf.TensorSpec([], tf.int64)))
 
 
 callable_module(__name__, predict)
