@@ -30,7 +30,7 @@ def jpeg_of(image: np.ndarray, path) -> bytes:
 
 
 @pytest.mark.slow
-def test_a_notebook_trains_evaluates_exports_and_classifies_a_jpeg(testnet, tmp_path):
+def test_a_notebook_trains_evaluates_exports_and_classifies_a_jpeg(testnet, tmp_path, capsys):
     """On tests/testnet.py's model: what is tested is the API's, not a zoo model's (the README's and
     docs/api.md's snippets, run by test_docs, train, evaluate and export ResNet-18 the same way)."""
     x, y = stripe_arrays(256, seed=1)
@@ -129,6 +129,17 @@ def test_a_notebook_trains_evaluates_exports_and_classifies_a_jpeg(testnet, tmp_
     np.testing.assert_allclose(tfcnn.predict(result, mixed, log=quiet), served[[0, 8, 8]], rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match=r"^images\[1\]: the bytes given: not an image TensorFlow decodes \(JPEG, "):
         tfcnn.predict(result, [files[0], b"\xff\xd8\xff not a JPEG"], log=quiet)
+    # and so does its command line, naming the classes from a labels.txt, the most likely first
+    from tfcnn.predict import main as predict_main
+
+    (tmp_path / "labels.txt").write_text("n0\tacross\nn1\tdown\n")
+    capsys.readouterr()
+    predict_main(["--saved_model", exported, "--labels", str(tmp_path / "labels.txt"), "--top", "2", *files[7:]])
+    printed = capsys.readouterr().out.splitlines()[-2:]
+    for path, line, row in zip(files[7:], printed, served[7:]):
+        first, second = row.argsort()[::-1]
+        assert line == f"{path}: {('across', 'down')[first]} {100 * row[first]:.1f}%, " \
+                       f"{('across', 'down')[second]} {100 * row[second]:.1f}%", (line, row)
 
 
 @pytest.mark.slow
@@ -444,8 +455,9 @@ def test_python_m_tfcnn_train_works_outside_the_source_tree(tmp_path):
 
 # Every command line but `python -m tfcnn.models` (the zoo's table is the zoo, which needs TensorFlow) and
 # examples/train.py (tfcnn.train's flags again: test_training checks it).
-COMMAND_LINES = ("tfcnn.train", "tfcnn.evaluate", "tfcnn.export", "tfcnn.convert", "tfcnn.benchmark", "tfcnn.plots",
-                 "tfcnn.recipes", "tfcnn.data.dali_index", "imagenet_prep.build_tfrecords", "imagenet_prep.demo_dataset")
+COMMAND_LINES = ("tfcnn.train", "tfcnn.evaluate", "tfcnn.predict", "tfcnn.export", "tfcnn.convert", "tfcnn.benchmark",
+                 "tfcnn.plots", "tfcnn.recipes", "tfcnn.data.dali_index", "imagenet_prep.build_tfrecords",
+                 "imagenet_prep.demo_dataset")
 
 
 def test_every_command_line_answers_help_before_tensorflow_loads():

@@ -11,17 +11,26 @@ as evaluation decodes records), read a batch at a time. Each gets the evaluation
 config (resized and centre-cropped to the input size, unless already that size) and their normalization. A zoo
 model (create_model(...), RunResult.model) takes normalized images, not pixels: calling it on pixels gives other
 classes (it warns); this is the call that takes pixels. Under horovodrun each rank predicts every image.
+
+The command line prints each file's most likely classes, named by the labels.txt of the run's dataset (or of
+the SavedModel, or --labels):
+
+    python -m tfcnn.predict --log_dir runs/flowers photo1.jpg photo2.png
+    python -m tfcnn.predict --saved_model exported/rn50 --top 3 photo.jpg
+    python -m tfcnn.predict --model resnet50 --weights imagenet photo.jpg
 """
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 
 from tfcnn import callable_module
 
 
 def predict(source, images, *, batch_size: int = 256, model: str | None = None, precision: str = "fp32",
             image_size: int | None = None, crop_fraction: float | None = None, interpolation: str | None = None,
-            eval_crop: str | None = None, log=print):
+            eval_crop: str | None = None, num_classes: int | None = None, log=print):
     """float32 class probabilities [N, classes] of `images` (see the module docstring), in their order.
     source, model and the feed overrides: as tfcnn.evaluate takes them. A ValueError names a bad value."""
     import numpy as np
@@ -53,7 +62,7 @@ def predict(source, images, *, batch_size: int = 256, model: str | None = None, 
         memory.check(data, "images")  # before any weights load
     network, run = load_predictor(source, model=model, precision=precision, image_size=image_size,
                                   crop_fraction=crop_fraction, interpolation=interpolation, eval_crop=eval_crop,
-                                  log=log)
+                                  num_classes=num_classes, log=log)
     view = run["data_config"]
     feed = dict(batch_size=batch_size, image_size=view.input_size, num_classes=run["num_classes"],
                 crop_fraction=view.crop_fraction, interpolation=view.interpolation, eval_crop=view.eval_crop,
@@ -123,4 +132,62 @@ def _decoded(items, start: int, count: int, view):
         tf.TensorSpec([None, None, None], tf.float32), tf.TensorSpec([], tf.int64)))
 
 
+def class_names(source, labels: str | None, num_classes: int) -> list[str] | None:
+    """The classes' names: from `labels` (a labels.txt), or the labels.txt of the run's dataset or beside a
+    SavedModel; None when there is none, or it names another number of classes."""
+    from tfcnn import sources
+    from tfcnn.data import records
+
+    if labels is None:
+        folder = sources.run_data_dir(source) or (os.fspath(source) if isinstance(source, (str, os.PathLike)) and
+                                                  os.path.isdir(source) else None)
+        labels = os.path.join(folder, records.LABELS_FILE) if folder else None
+    rows = records.read_labels_file(labels) if labels else None
+    return [text or synset for synset, text in rows] if rows and len(rows) == num_classes else None
+
+
+def parse_args(argv=None):
+    from tfcnn.options import EVAL_PRECISIONS, add_feed_flags, add_weight_sources, check_feed_flags
+
+    parser = argparse.ArgumentParser(prog="python -m tfcnn.predict", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("images", nargs="+", help="image files: JPEG, PNG, GIF, BMP or WebP, of any size")
+    parser.add_argument("--model", help="model name (default: what the checkpoint or SavedModel records)")
+    add_weight_sources(parser, "a SavedModel exported by training (--export_dir), tfcnn.convert or tfcnn.export")
+    parser.add_argument("--labels", help="a labels.txt naming the classes (default: the run's dataset's, or the "
+                                         "SavedModel's)")
+    parser.add_argument("--top", type=int, default=5, help="classes shown for each image")
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--precision", choices=EVAL_PRECISIONS, default="fp32")
+    add_feed_flags(parser)
+    args = parser.parse_args(argv)
+    check_feed_flags(parser, args, ("batch_size", "image_size", "num_classes", "top"))
+    missing = [path for path in [*args.images, *filter(None, [args.labels])] if not os.path.isfile(path)]
+    if missing:
+        parser.error(f"no such file: {', '.join(missing)}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    source = args.saved_model or args.checkpoint or args.log_dir or args.weights
+    try:
+        probabilities = predict(source, args.images, batch_size=args.batch_size, model=args.model,
+                                precision=args.precision, image_size=args.image_size, crop_fraction=args.crop_fraction,
+                                interpolation=args.interpolation, eval_crop=args.eval_crop,
+                                num_classes=args.num_classes)
+    except ValueError as error:
+        sys.exit(f"tfcnn.predict: error: {error}")
+    names = class_names(source, args.labels, probabilities.shape[1])
+    if args.labels and names is None:
+        print(f"tfcnn.predict: note: {args.labels} does not name the model's {probabilities.shape[1]} classes: "
+              f"classes are numbered", file=sys.stderr)
+    for path, row in zip(args.images, probabilities):
+        top = row.argsort()[::-1][:args.top]
+        print(f"{path}: " + ", ".join(f"{names[k] if names else k} {100 * row[k]:.1f}%" for k in top))
+
+
 callable_module(__name__, predict)
+
+if __name__ == "__main__":
+    main()

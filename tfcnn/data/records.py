@@ -161,7 +161,12 @@ def write_labels(output_dir: str, classes: list[tuple[str, str]]) -> None:
 
 def read_labels(data_dir: str) -> list[tuple[str, str]] | None:
     """[(synset, text)] from `labels.txt` beside the shards, or None when there is none."""
-    text = _read_text(os.path.join(data_dir, LABELS_FILE))
+    return read_labels_file(os.path.join(data_dir, LABELS_FILE))
+
+
+def read_labels_file(path: str) -> list[tuple[str, str]] | None:
+    """[(synset, text)] from a labels.txt, or None when there is none."""
+    text = _read_text(path)
     if text is None:
         return None
     rows = [line.split("\t", 1) for line in text.split("\n") if line.strip()]
