@@ -686,6 +686,12 @@ def test_tensorflow_start_up_lines_are_quiet_unless_the_user_asks(user_level):
     done = subprocess.run([sys.executable, "-c", "import horovod.tensorflow"], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+    # (that notice is TensorFlow's own, in a process that loads it without tfcnn: tfcnn's entry points leave it
+    # out, test_python_api checks)
+    from tfcnn.precision import cpu_kernels
+
+    if cpu_kernels() is not None:
+        assert ("oneDNN custom operations are on" in done.stderr) == (cpu_kernels() == "oneDNN's"), done.stderr
     output = "\n".join(line for line in (done.stdout + done.stderr).splitlines()
                        if "oneDNN custom operations are on" not in line)
     info_line = re.search(r" I tensorflow/|^I\d{4} \d\d:\d\d:\d\d", output, re.M)  # TF <= 2.17; 2.21

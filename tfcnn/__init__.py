@@ -14,12 +14,14 @@ train, evaluate, predict, export, convert, benchmark and plots are the modules o
 tfcnn.train`, ...); each module is callable as its function. Importing tfcnn loads no TensorFlow: each loads
 on first use.
 """
+import contextlib
 import gc
 import importlib
 import importlib.abc
 import importlib.util
 import os
 import sys
+import tempfile
 import types
 
 # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown out the tools' own output; a user's own
@@ -45,8 +47,43 @@ def _tensorflow_loaded(tf) -> None:
         logger.propagate = False
 
 
+# TensorFlow 2.21's start-up lines, each printed by both of its C++ libraries before their logging reads
+# TF_CPP_MIN_LOG_LEVEL: four lines atop every command's output (and every rank's). tfcnn prints which kernels
+# run itself (tfcnn.precision.cpu_kernels_note).
+_STARTUP_NOISE = (b"All log messages before absl::InitializeLog() is called are written to STDERR",
+                  b"] oneDNN custom operations are on.")
+
+
+@contextlib.contextmanager
+def _startup_noise_left_out():
+    """Holds what is written to the process's stderr (file descriptor 2, where C++ writes) meanwhile, then
+    writes it on without _STARTUP_NOISE's lines. With TF_CPP_MIN_LOG_LEVEL=0 (a user asking for every line),
+    or without a descriptor 2, nothing is held."""
+    try:
+        if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
+            raise OSError("every line asked for")
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        sys.stderr.flush()
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().splitlines(keepends=True)
+                    if not any(noise in line for noise in _STARTUP_NOISE)]
+            if kept:
+                os.write(2, b"".join(kept))
+
+
 class _OnTensorFlowImport(importlib.abc.MetaPathFinder):
-    """Calls _tensorflow_loaded once `tensorflow` has been imported."""
+    """Calls _tensorflow_loaded once `tensorflow` has been imported, its start-up noise left out."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "tensorflow" or self not in sys.meta_path:
@@ -57,7 +94,8 @@ class _OnTensorFlowImport(importlib.abc.MetaPathFinder):
             execute = spec.loader.exec_module
 
             def exec_module(module):
-                execute(module)
+                with _startup_noise_left_out():
+                    execute(module)
                 _tensorflow_loaded(module)
             spec.loader.exec_module = exec_module
         return spec
