@@ -59,11 +59,11 @@ def _startup_noise_left_out():
     """Holds what is written to the process's stderr (file descriptor 2, where C++ writes) meanwhile, then
     writes it on without _STARTUP_NOISE's lines. With TF_CPP_MIN_LOG_LEVEL=0 (a user asking for every line),
     or without a descriptor 2, nothing is held."""
-    try:
-        if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
-            raise OSError("every line asked for")
-        saved = os.dup(2)
-    except OSError:
+    saved = None
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL") != "0":
+        with contextlib.suppress(OSError):
+            saved = os.dup(2)
+    if saved is None:
         yield
         return
     with tempfile.TemporaryFile() as held:
