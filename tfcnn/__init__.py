@@ -67,12 +67,12 @@ def _startup_noise_left_out():
         yield
         return
     with tempfile.TemporaryFile() as held:
-        sys.stderr.flush()
+        _flush_stderr()
         os.dup2(held.fileno(), 2)
         try:
             yield
         finally:
-            sys.stderr.flush()
+            _flush_stderr()
             os.dup2(saved, 2)
             os.close(saved)
             held.seek(0)
@@ -80,6 +80,11 @@ def _startup_noise_left_out():
                     if not any(noise in line for noise in _STARTUP_NOISE)]
             if kept:
                 os.write(2, b"".join(kept))
+
+
+def _flush_stderr():
+    if sys.stderr is not None:  # None in a process started without one (pythonw, some embedders)
+        sys.stderr.flush()
 
 
 class _OnTensorFlowImport(importlib.abc.MetaPathFinder):
