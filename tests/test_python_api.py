@@ -310,6 +310,30 @@ def test_grayscale_images_are_their_grey_in_rgb():
             np.testing.assert_array_equal(got, labels)
 
 
+def test_a_list_of_images_of_different_sizes_is_read_as_a_dataset_of_them(testnet):
+    """Images of different sizes in a list (a user's photos read one by one) give the batches the Dataset of the
+    same images gives, in training and evaluation, and train (tfcnn.train shows no image size for them)."""
+    from tfcnn.data import memory
+
+    rng = np.random.default_rng(6)
+    images = [rng.integers(0, 256, (h, w, 3), np.uint8) for h, w in [(20, 14), (12, 18), (16, 16), (30, 10)] * 2]
+    y = np.arange(8) % 3
+    dataset = tf.data.Dataset.from_generator(lambda: zip(images, y), output_signature=(
+        tf.TensorSpec([None, None, 3], tf.uint8), tf.TensorSpec([], tf.int64)))
+    views = {"train": lambda data: memory.train_batches(data, batch_size=8, image_size=8, num_classes=3, seed=4),
+             "eval": lambda data: memory.eval_batches(data, batch_size=8, image_size=8, num_classes=3,
+                                                      crop_fraction=0.875)}
+    for view, batches in views.items():
+        expected, labels = (t.numpy() for t in next(iter(batches(dataset))))
+        assert len(np.unique(expected)) > 8  # the drawn images, not a constant
+        images_got, labels_got = (t.numpy() for t in next(iter(batches((images, y)))))
+        np.testing.assert_array_equal(images_got, expected, err_msg=view)
+        np.testing.assert_array_equal(labels_got, labels, err_msg=view)
+    result = tfcnn.train(model="testnet", train_data=(images, y), image_size=8, batch_size=4, num_iter=1,
+                         warmup_epochs=0, display_every=100)
+    assert (result.status, result.step, result.summary["config"]["num_classes"]) == ("complete", 2, 3)
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), data_dir="/data"), "train_data and data_dir"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x[..., :2], y)),
@@ -318,6 +342,9 @@ def test_grayscale_images_are_their_grey_in_rgb():
     (lambda x, y: tfcnn.train(model="testnet", train_data=tf.data.Dataset.from_tensor_slices((x[..., :2], y))),
      r"images must be \[height, width, 3\] RGB or \[height, width\(, 1\)\] grayscale, received shape \(16, 16, 2\)$"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y[:-1])), "y must be .* matching x's 16 images"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=([x[0], x[1, :8, :, :2]], y[:2])),
+     r"train_data: x\[1\] must be a \[height, width, 3\] RGB or \[height, width\(, 1\)\] grayscale image, received "
+     r"shape \(8, 16, 2\)$"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, np.eye(2)[y])),
      r"train_data: y holds one-hot rows \(\[count, 2\]\); pass the class numbers, y.argmax\(axis=1\)$"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x / 255.0, y)),

@@ -88,10 +88,10 @@ def train(config_or_recipe: TrainConfig | str | None = None, *, train_data=None,
       defaults). overrides: TrainConfig's fields (the command line's flags), on top of it.
     train_data / val_data: data in memory instead of data_dir's records: (x, y) NumPy arrays (x [N, H, W,
       3] RGB, uint8 or float on the 0-255 scale; y [N] 0-based labels) or a tf.data.Dataset of (image,
-      label), images of any size. The recipe's training view applies (train_crop; augment=False takes
-      prepared images as they are: train_crop and augment 'none'); each rank takes its own share (every
-      size-th example), and val_data is evaluated at the end of every validation_every-th epoch and after
-      training, each example once over all ranks.
+      label), images of any size (x may be a list of images of different sizes). The recipe's training view
+      applies (train_crop; augment=False takes prepared images as they are: train_crop and augment 'none');
+      each rank takes its own share (every size-th example), and val_data is evaluated at the end of every
+      validation_every-th epoch and after training, each example once over all ranks.
       num_classes and image_size default to what the data show (the largest label + 1, of a Dataset read as it
       is counted; the images' size when square, of a Dataset when static).
       Resuming (the same log_dir) continues the exact batch stream for the same arrays, or for a Dataset
@@ -138,9 +138,13 @@ def _shown_by(data) -> dict:
     import numpy as np
 
     if isinstance(data, (tuple, list)) and len(data) == 2:
-        x, y = np.asarray(data[0]), np.asarray(data[1])
+        y = np.asarray(data[1])
         shown = {"num_classes": int(y.max()) + 1 if y.size and np.issubdtype(y.dtype, np.integer) else None}
-        shape = x.shape[1:3] if x.ndim in (3, 4) else None  # RGB or grayscale, with or without its channel axis
+        try:
+            x_shape = np.shape(data[0])
+        except ValueError:  # a list of images of different sizes: none to show
+            x_shape = ()
+        shape = x_shape[1:3] if len(x_shape) in (3, 4) else None  # RGB or grayscale, with or without channels
     else:
         spec = getattr(data, "element_spec", None)
         image = spec[0] if isinstance(spec, tuple) and spec else None

@@ -1,13 +1,13 @@
 """Training and evaluation batches from data held in memory: `(x, y)` NumPy arrays or a tf.data.Dataset of
 (image, label) examples, for `tfcnn.train(train_data=..., val_data=...)` and `tfcnn.evaluate(data=...)`.
 
-Images are RGB, uint8 or float on the 0-255 scale, [height, width, 3] of any size (a Dataset's examples may
-differ in size); grayscale ones, [height, width] or [height, width, 1] (keras.datasets' MNIST, scikit-learn's
-digits), have their grey repeated over R, G and B, as imagenet_prep does with grayscale JPEGs, so the models
-(and any ImageNet weights) see RGB. Labels are 0-based integers ([count], or [count, 1] as keras.datasets
-gives them). Arrays on another scale (floats on 0-1, normalized already, or 16-bit) are refused with the way
-out. The batches are what the TFRecord pipeline yields (uint8 [batch, size, size, 3], int32 [batch]), so the
-trainer and the evaluator never know where they came from.
+Images are RGB, uint8 or float on the 0-255 scale, [height, width, 3] of any size (a Dataset's examples, or a
+list's, may differ in size: such a list is read as the Dataset of its images); grayscale ones, [height, width] or
+[height, width, 1] (keras.datasets' MNIST, scikit-learn's digits), have their grey repeated over R, G and B, as
+imagenet_prep does with grayscale JPEGs, so the models (and any ImageNet weights) see RGB. Labels are 0-based
+integers ([count], or [count, 1] as keras.datasets gives them). Arrays on another scale (floats on 0-1, normalized
+already, or 16-bit) are refused with the way out. The batches are what the TFRecord pipeline yields (uint8 [batch,
+size, size, 3], int32 [batch]), so the trainer and the evaluator never know where they came from.
 
 Each rank takes every size-th example from its rank on (arrays: x[rank::size]; a Dataset: its
 `shard(size, rank)`): the shares are disjoint and cover the data. Training mirrors the records' stream
@@ -71,6 +71,8 @@ def check(data, what: str = "train_data", num_classes: int | None = None):
     if not (isinstance(data, (tuple, list)) and len(data) == 2):
         raise ValueError(f"{what}: pass (x, y) arrays or a tf.data.Dataset of (image, label), received "
                          f"{type(data).__name__}")
+    if isinstance(data[0], (list, tuple)) and len({np.shape(image) for image in data[0]}) > 1:
+        return _one_by_one(data[0], data[1], what, num_classes)
     x, y = np.asarray(data[0]), np.asarray(data[1])
     if x.ndim == 3 and x.shape[-1] in (1, 3):  # grayscale images 1 or 3 pixels wide are none
         raise ValueError(f"{what}: x of shape {x.shape} is one image, not a batch of them: pass x[None] for one "
@@ -97,6 +99,29 @@ def check(data, what: str = "train_data", num_classes: int | None = None):
     if len(x) and num_classes is not None and y.max() >= num_classes:
         raise ValueError(f"{what}: label {int(y.max())} is not a 0-based class below num_classes {num_classes}")
     return x, y
+
+
+def _one_by_one(images, labels, what: str, num_classes: int | None) -> tf.data.Dataset:
+    """A list of images of different sizes (arrays, PIL images) and their labels as a Dataset of (float32 [h, w,
+    channels] image, label), each image and label checked as arrays are, named by its place in the list."""
+    y = np.asarray(labels)
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.shape != (len(images),):
+        raise ValueError(f"{what}: y must be [count] integer labels matching x's {len(images)} images, received "
+                         f"shape {y.shape}")
+    checked = []
+    for index, image in enumerate(images):
+        image = np.asarray(image)
+        if image.ndim not in (2, 3) or image.ndim == 3 and image.shape[-1] not in (1, 3):
+            raise ValueError(f"{what}: x[{index}] must be a [height, width, 3] RGB or [height, width(, 1)] grayscale "
+                             f"image, received shape {image.shape}")
+        x, label = check((image.reshape(1, *image.shape[:2], -1), y[index:index + 1]), f"{what}: x[{index}]",
+                         num_classes)
+        checked.append((x[0], label[0]))
+    return tf.data.Dataset.from_generator(
+        lambda: ((image.astype(np.float32), np.int64(label)) for image, label in checked),
+        output_signature=(tf.TensorSpec([None, None, None], tf.float32), tf.TensorSpec([], tf.int64)))
 
 
 def _label_advice(y: np.ndarray) -> str:
