@@ -329,6 +329,13 @@ def test_a_list_of_images_of_different_sizes_is_read_as_a_dataset_of_them(testne
         images_got, labels_got = (t.numpy() for t in next(iter(batches((images, y)))))
         np.testing.assert_array_equal(images_got, expected, err_msg=view)
         np.testing.assert_array_equal(labels_got, labels, err_msg=view)
+    # PIL images as they open: a palette image is its colours, not their indices taken as grey
+    from PIL import Image
+
+    palette = [Image.fromarray(image).convert("P") for image in images]
+    as_rgb = [np.asarray(image.convert("RGB")) for image in palette]
+    for view, batches in views.items():
+        np.testing.assert_array_equal(next(iter(batches((palette, y))))[0], next(iter(batches((as_rgb, y))))[0])
     result = tfcnn.train(model="testnet", train_data=(images, y), image_size=8, batch_size=4, num_iter=1,
                          warmup_epochs=0, display_every=100)
     assert (result.status, result.step, result.summary["config"]["num_classes"]) == ("complete", 2, 3)

@@ -41,8 +41,8 @@ def predict(source, images, *, batch_size: int = 256, model: str | None = None, 
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, received: {batch_size}")
-    listed = _listed(images) if isinstance(images, (list, tuple, str, bytes, os.PathLike)) or _is_pil(images) \
-        else None
+    alone = isinstance(images, (str, bytes, os.PathLike)) or memory.is_pil_image(images)
+    listed = _listed([images] if alone else images) if alone or isinstance(images, (list, tuple)) else None
     if listed is not None:
         data = None
     elif isinstance(images, tf.data.Dataset):
@@ -77,34 +77,26 @@ def predict(source, images, *, batch_size: int = 256, model: str | None = None, 
 
 
 def _listed(images) -> list:
-    """The items of a list of images (one path, bytes or PIL image alone: a list of one) as `_decoded` reads
-    them: arrays checked as images in memory are (PIL images as arrays, converted to RGB unless grey or
-    16-bit), files checked to exist; a ValueError names the item (images[i]), before any weights load."""
+    """The items of a list of images as `_decoded` reads them: arrays and PIL images as checked arrays
+    (memory.image_array), files checked to exist; a ValueError names the item (images[i]), before any weights
+    load."""
     import numpy as np
 
     from tfcnn.data import memory
 
     items = []
-    alone = isinstance(images, (str, bytes, os.PathLike)) or _is_pil(images)
-    for index, item in enumerate([images] if alone else images):
+    for index, item in enumerate(images):
         what = f"images[{index}]"
         if isinstance(item, (str, os.PathLike)):
             if not os.path.isfile(item):
                 raise ValueError(f"{what}: {os.fspath(item)}: no such file")
         elif not isinstance(item, bytes):
-            if _is_pil(item):  # palette, alpha, CMYK and the like to RGB
-                item = item if item.mode in ("RGB", "L") or item.mode.startswith(("I", "F")) else item.convert("RGB")
-            item = np.asarray(item)
-            if item.ndim == 4:
+            if np.ndim(item) == 4:
                 raise ValueError(f"{what} is {len(item)} images: pass one list of images, or their array alone "
                                  f"(predict takes no labels)")
-            memory.check((item[None], np.zeros(1, np.int64)), what)
+            item = memory.check((memory.image_array(item, what)[None], np.zeros(1, np.int64)), what)[0][0]
         items.append(item)
     return items
-
-
-def _is_pil(image) -> bool:
-    return hasattr(image, "mode") and hasattr(image, "convert") and hasattr(image, "getpixel")
 
 
 def _decoded(items, start: int, count: int, view):
@@ -127,7 +119,7 @@ def _decoded(items, start: int, count: int, view):
             except tf.errors.OpError as error:
                 raise ValueError(f"images[{index}]: {name}: not an image TensorFlow decodes (JPEG, PNG, GIF, BMP, "
                                  f"WebP), or a damaged one") from error
-        images.append((item if item.ndim == 3 else item[..., None]).astype(np.float32))
+        images.append(item.astype(np.float32))
     return tf.data.Dataset.from_generator(lambda: ((image, 0) for image in images), output_signature=(
         tf.TensorSpec([None, None, None], tf.float32), tf.TensorSpec([], tf.int64)))
 

@@ -112,16 +112,29 @@ def _one_by_one(images, labels, what: str, num_classes: int | None) -> tf.data.D
                          f"shape {y.shape}")
     checked = []
     for index, image in enumerate(images):
-        image = np.asarray(image)
-        if image.ndim not in (2, 3) or image.ndim == 3 and image.shape[-1] not in (1, 3):
-            raise ValueError(f"{what}: x[{index}] must be a [height, width, 3] RGB or [height, width(, 1)] grayscale "
-                             f"image, received shape {image.shape}")
-        x, label = check((image.reshape(1, *image.shape[:2], -1), y[index:index + 1]), f"{what}: x[{index}]",
-                         num_classes)
+        name = f"{what}: x[{index}]"
+        x, label = check((image_array(image, name)[None], y[index:index + 1]), name, num_classes)
         checked.append((x[0], label[0]))
     return tf.data.Dataset.from_generator(
         lambda: ((image.astype(np.float32), np.int64(label)) for image, label in checked),
         output_signature=(tf.TensorSpec([None, None, None], tf.float32), tf.TensorSpec([], tf.int64)))
+
+
+def image_array(image, name: str) -> np.ndarray:
+    """One image (an array, or a PIL image: palette, alpha, CMYK and other modes to RGB, grey and 16-bit ones as
+    they are) as a [height, width, channels] array of 1 or 3 channels, or a ValueError naming it."""
+    if is_pil_image(image):
+        image = image if image.mode in ("RGB", "L") or image.mode.startswith(("I", "F")) else image.convert("RGB")
+    image = np.asarray(image)
+    if image.ndim not in (2, 3) or image.ndim == 3 and image.shape[-1] not in (1, 3):
+        raise ValueError(f"{name} must be a [height, width, 3] RGB or [height, width(, 1)] grayscale image, received "
+                         f"shape {image.shape}")
+    return image.reshape(*image.shape[:2], -1)
+
+
+def is_pil_image(image) -> bool:
+    """Whether `image` is a PIL image (told by its methods: tfcnn does not import Pillow for this)."""
+    return hasattr(image, "mode") and hasattr(image, "convert") and hasattr(image, "getpixel")
 
 
 def _label_advice(y: np.ndarray) -> str:
