@@ -83,7 +83,8 @@ def step_rate(model, batch_size: int, mode: str, steps: int) -> tuple[float, flo
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
     p.add_argument("--output", help="write the figures as JSON here")
     return p
 

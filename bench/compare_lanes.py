@@ -39,7 +39,8 @@ def figures(result):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--script", required=True, help="a bench/ script, e.g. train_step.py")
     parser.add_argument("--venvs", nargs=2, default=[".venv", ".venv-tf2.15"], help="the two lanes' venvs")
     parser.add_argument("--repeats", type=int, default=2, help="rounds; each runs every venv once")

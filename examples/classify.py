@@ -31,7 +31,8 @@ def probabilities(classify, encoded: bytes):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--saved_model", required=True)
     parser.add_argument("images", nargs="+")
     args = parser.parse_args(argv)

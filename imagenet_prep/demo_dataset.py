@@ -9,12 +9,13 @@ CPU while the pipeline still sees varied image sizes and real bounding boxes.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import random
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from tfcnn.options import command_parser
 
 CLASSES = ("circle", "square", "triangle", "cross", "hstripes", "vstripes", "ring", "diamond")
 _BBOX_XML = """<annotation><filename>{stem}</filename><size><width>{w}</width><height>{h}</height><depth>3</depth></size>
@@ -89,8 +90,7 @@ def make_dataset(output_dir: str, num_classes: int = 4, train_per_class: int = 1
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m imagenet_prep.demo_dataset", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m imagenet_prep.demo_dataset", __doc__)
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--num_classes", type=int, default=4)
     parser.add_argument("--train_per_class", type=int, default=100)

@@ -9,10 +9,11 @@ class: each inner `<synset>.tar` is extracted into `DEST/<synset>/`.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tarfile
+
+from tfcnn.options import command_parser
 
 
 class UnsafeArchiveError(ValueError):
@@ -61,8 +62,7 @@ def extract_per_member_tar(archive: str, dest: str, log=print) -> int:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m imagenet_prep.extract", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m imagenet_prep.extract", __doc__)
     parser.add_argument("archive")
     parser.add_argument("dest")
     parser.add_argument("--per_member_tar", action="store_true", help="a tar of <class>.tar archives")

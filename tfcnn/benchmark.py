@@ -16,7 +16,6 @@ couple of minutes; pass larger --batch_sizes on GPUs.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -26,7 +25,7 @@ import time
 
 # TensorFlow (and the zoo, which needs it) load where they are used: --help and bad flags answer at once.
 from tfcnn import callable_module
-from tfcnn.options import PRECISIONS
+from tfcnn.options import PRECISIONS, command_parser
 
 MODES = ("train", "inference")
 
@@ -223,8 +222,7 @@ def benchmark(models="resnet50", *, mode: str = "inference", batch_sizes=(1, 2, 
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tfcnn.benchmark", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m tfcnn.benchmark", __doc__)
     parser.add_argument("--models", default="resnet50", help="comma-separated names, or 'all'")
     parser.add_argument("--mode", choices=MODES, default="inference")
     parser.add_argument("--batch_sizes", default="1,2,4,8,16,32", help="comma-separated per-GPU batch sizes")

@@ -29,7 +29,7 @@ import sys
 
 from tfcnn import callable_module
 from tfcnn.fileio import check_output_dir, staged_directory
-from tfcnn.options import EVAL_CROPS
+from tfcnn.options import EVAL_CROPS, command_parser
 
 RECORD_FILE = "convert.json"  # what a conversion records beside its checkpoint
 
@@ -96,8 +96,7 @@ def _triple(text):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tfcnn.convert", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m tfcnn.convert", __doc__)
     parser.add_argument("--model", required=True, help="tfcnn model name (python -m tfcnn.models)")
     parser.add_argument("--weights", required=True, help="timm / torchvision state dict: .safetensors, or "
                                                          ".pth/.pt/.bin with torch installed; or a published weights "

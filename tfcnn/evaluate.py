@@ -20,14 +20,14 @@ torchvision file (--weights) brings timm's config.json or torchvision's known tr
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 
 # No TensorFlow at import: the command line's --help and flag errors answer at once (its import takes seconds).
 from tfcnn import callable_module, sources
-from tfcnn.options import DATA_BACKENDS, EVAL_PRECISIONS, add_feed_flags, add_weight_sources, check_feed_flags
+from tfcnn.options import (DATA_BACKENDS, EVAL_PRECISIONS, add_feed_flags, add_weight_sources, check_feed_flags,
+                           command_parser)
 
 
 @dataclasses.dataclass
@@ -180,8 +180,7 @@ def _print_progress(counts, seconds, total, label):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tfcnn.evaluate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m tfcnn.evaluate", __doc__)
     parser.add_argument("--model", help="model name (default: what the checkpoint or SavedModel records)")
     parser.add_argument("--data_dir", help="directory holding validation-*-of-* shards (default, with --log_dir or a "
                                            "--checkpoint of a training run: the dataset the run read)")

@@ -21,12 +21,11 @@ export to ONNX. DIR appears only when complete.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from tfcnn import callable_module, sources
-from tfcnn.options import add_feed_flags, add_weight_sources, check_feed_flags
+from tfcnn.options import add_feed_flags, add_weight_sources, check_feed_flags, command_parser
 
 FORMATS = ("saved_model", "onnx")
 # tfcnn.onnx_export.INT8_TARGETS (a test keeps them equal), here so that flags are checked before TensorFlow loads
@@ -78,8 +77,7 @@ def export(source, output_dir: str, *, format: str = "saved_model", model: str |
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tfcnn.export", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m tfcnn.export", __doc__)
     parser.add_argument("--output_dir", required=True, help="the export directory (replaced when complete)")
     parser.add_argument("--format", choices=FORMATS, default="saved_model")
     add_weight_sources(parser, "a tfcnn SavedModel export, to convert to --format onnx")

@@ -2,6 +2,7 @@
 (seconds to import) loads. The modules that act on these values import them from here."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 PRECISIONS = ("fp32", "fp16", "bf16", "fp64")
@@ -160,6 +161,14 @@ def parse_signals(text) -> tuple[str, ...]:
         raise ValueError(f"--stop_signals must be none or a comma-separated list of {', '.join(STOP_SIGNALS)}, "
                          f"received: {text!r}" + (f" (unknown: {', '.join(bad)})" if bad else ""))
     return tuple(dict.fromkeys(names))
+
+
+def command_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """A command line's parser: the description printed as written, and whole flag names only. argparse's
+    default takes a flag's prefix for the flag (`--output x.json` for `--output_dir`, a directory named x.json),
+    and a flag added later can change what a prefix means."""
+    return argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def add_weight_sources(parser, saved_model_help: str) -> None:

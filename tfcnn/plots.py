@@ -16,7 +16,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -26,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from tfcnn import callable_module
+from tfcnn.options import command_parser
 
 # Figures made without pyplot, their settings given at each save: a notebook's own backend and rcParams stay
 # as they were (pyplot's Agg switch would turn its inline plots off). SVG text stays text: smaller, searchable.
@@ -208,8 +208,7 @@ def _evaluation(source) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tfcnn.plots", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m tfcnn.plots", __doc__)
     parser.add_argument("--log_dir", nargs="*", default=[], help="training runs' --log_dir: their curves")
     parser.add_argument("--benchmark", help="benchmark.json written by python -m tfcnn.benchmark")
     parser.add_argument("--eval", nargs="*", default=[], help="JSONs written by python -m tfcnn.evaluate --output")

@@ -21,7 +21,6 @@ the SavedModel, or --labels):
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -139,10 +138,9 @@ def class_names(source, labels: str | None, num_classes: int) -> list[str] | Non
 
 
 def parse_args(argv=None):
-    from tfcnn.options import EVAL_PRECISIONS, add_feed_flags, add_weight_sources, check_feed_flags
+    from tfcnn.options import EVAL_PRECISIONS, add_feed_flags, add_weight_sources, check_feed_flags, command_parser
 
-    parser = argparse.ArgumentParser(prog="python -m tfcnn.predict", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m tfcnn.predict", __doc__)
     parser.add_argument("images", nargs="+", help="image files: JPEG, PNG, GIF, BMP or WebP, of any size")
     parser.add_argument("--model", help="model name (default: what the checkpoint or SavedModel records)")
     add_weight_sources(parser, "a SavedModel exported by training (--export_dir), tfcnn.convert or tfcnn.export")

@@ -71,12 +71,10 @@ def profile_model(name: str, image_size: int | None = None, num_classes: int = 1
 
 
 def main(argv=None):
-    import argparse
-
     from tfcnn.models import list_models, model_info
+    from tfcnn.options import command_parser
 
-    parser = argparse.ArgumentParser(prog="python -m tfcnn.profile", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m tfcnn.profile", __doc__)
     parser.add_argument("--models", default="all", help="comma-separated model names, or 'all'")
     parser.add_argument("--image_size", type=int, default=None, help="default: each model's input size")
     args = parser.parse_args(argv)

@@ -28,11 +28,10 @@ compares tfcnn's steps with an independent implementation of NVIDIA's update rul
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 
-from tfcnn.options import EVAL_CROPS, IMAGENET_MEAN, IMAGENET_STD, NGC_MEAN, NGC_README_TOP1, NGC_STD
+from tfcnn.options import EVAL_CROPS, IMAGENET_MEAN, IMAGENET_STD, NGC_MEAN, NGC_README_TOP1, NGC_STD, command_parser
 
 # The tolerances of tests/test_recipes.py, which reads them from here: per-step loss and per-tensor
 # accumulated update, relative, tfcnn's trainer against the reference's (float64 over 20 steps, float32 over
@@ -223,7 +222,7 @@ def markdown(columns=COLUMNS) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tfcnn.recipes", description=__doc__.split("\n\n")[0])
+    parser = command_parser("python -m tfcnn.recipes", __doc__.split("\n\n")[0])
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--compact", action="store_true", help="with --markdown: the README's columns only")
     args = parser.parse_args(argv)

@@ -23,7 +23,6 @@ Prints images/s (and per core) and each ratio against tfcnn; `--output FILE` wri
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -32,7 +31,7 @@ import time
 import tensorflow as tf
 
 from tfcnn.data import backends, pipeline, preprocessing, records
-from tfcnn.options import DATA_BACKENDS, IMAGENET_MEAN, IMAGENET_STD
+from tfcnn.options import DATA_BACKENDS, IMAGENET_MEAN, IMAGENET_STD, command_parser
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -150,8 +149,7 @@ def run(data_dir, batch_size=64, image_size=224, images=3000, mean=IMAGENET_MEAN
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tfcnn.data.bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m tfcnn.data.bench", __doc__)
     parser.add_argument("--data_dir", required=True)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--image_size", type=int, default=224)

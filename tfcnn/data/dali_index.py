@@ -15,7 +15,6 @@ for shards made elsewhere (TensorFlow's own converter, older tfcnn runs). It rea
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import glob
 import os
@@ -23,6 +22,7 @@ import struct
 import sys
 
 from tfcnn.data import records
+from tfcnn.options import command_parser
 
 INDEX_SUFFIX = ".idx"
 RECORD_OVERHEAD = 16  # a TFRecord is: uint64 length, uint32 crc of the length, payload, uint32 crc of the payload
@@ -149,8 +149,7 @@ def index_directory(data_dir: str, log=print) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog=INDEX_COMMAND, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser(INDEX_COMMAND, __doc__)
     parser.add_argument("data_dir", help="directory of train-*-of-* / validation-*-of-* TFRecord shards")
     parser.add_argument("--quiet", action="store_true", help="no line per index written")
     args = parser.parse_args(argv)

@@ -2,10 +2,9 @@
 top-1, the timm / torchvision definition whose weights it loads, what weights="imagenet" loads); as
 Markdown, the docs' table. With one model's name: also every published weights name it takes, and its builder
 options (--model_options, create_model's keywords) with their defaults."""
-import argparse
-
 from tfcnn.models import list_models, model_info, pretrained
 from tfcnn.models.registry import override_defaults
+from tfcnn.options import command_parser
 
 
 def imagenet_weights(name) -> str:
@@ -37,7 +36,7 @@ def model_markdown(pattern="*"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tfcnn.models", description=__doc__)
+    parser = command_parser("python -m tfcnn.models", __doc__)
     parser.add_argument("pattern", nargs="?", default="*", help="a model's name or a shell pattern ('resnet*')")
     parser.add_argument("--markdown", action="store_true", help="the table as Markdown (the docs')")
     args = parser.parse_args(argv)
