@@ -129,17 +129,29 @@ def test_a_notebook_trains_evaluates_exports_and_classifies_a_jpeg(testnet, tmp_
     np.testing.assert_allclose(tfcnn.predict(result, mixed, log=quiet), served[[0, 8, 8]], rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match=r"^images\[1\]: the bytes given: not an image TensorFlow decodes \(JPEG, "):
         tfcnn.predict(result, [files[0], b"\xff\xd8\xff not a JPEG"], log=quiet)
-    # and so does its command line, naming the classes from a labels.txt, the most likely first
+    # and so does its command line, naming the classes from a labels.txt, the most likely first; a folder stands
+    # for its image files (not its other files, nor hidden ones)
     from tfcnn.predict import main as predict_main
 
     (tmp_path / "labels.txt").write_text("n0\tacross\nn1\tdown\n")
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    os.replace(files[8], folder / "larger.png")
+    for name in ("notes.txt", "._larger.png"):
+        (folder / name).write_bytes(b"not an image")
     capsys.readouterr()
-    predict_main(["--saved_model", exported, "--labels", str(tmp_path / "labels.txt"), "--top", "2", *files[7:]])
+    predict_main(["--saved_model", exported, "--labels", str(tmp_path / "labels.txt"), "--top", "2", files[7],
+                  str(folder)])
     printed = capsys.readouterr().out.splitlines()[-2:]
-    for path, line, row in zip(files[7:], printed, served[7:]):
+    for path, line, row in zip([files[7], str(folder / "larger.png")], printed, served[7:]):
         first, second = row.argsort()[::-1]
         assert line == f"{path}: {('across', 'down')[first]} {100 * row[first]:.1f}%, " \
                        f"{('across', 'down')[second]} {100 * row[second]:.1f}%", (line, row)
+    os.remove(folder / "larger.png")
+    with pytest.raises(SystemExit, match="2"):
+        predict_main(["--saved_model", exported, str(folder)])
+    assert capsys.readouterr().err.endswith(f"error: {folder} is a folder without image files (of .bmp, .gif, .jpeg, "
+                                            f".jpg, .png, .tif, .tiff, .webp)\n")
 
 
 @pytest.mark.slow

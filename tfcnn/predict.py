@@ -13,9 +13,9 @@ model (create_model(...), RunResult.model) takes normalized images, not pixels: 
 classes (it warns); this is the call that takes pixels. Under horovodrun each rank predicts every image.
 
 The command line prints each file's most likely classes, named by the labels.txt of the run's dataset (or of
-the SavedModel, or --labels):
+the SavedModel, or --labels); a folder given stands for its image files, by name:
 
-    python -m tfcnn.predict --log_dir runs/flowers photo1.jpg photo2.png
+    python -m tfcnn.predict --log_dir runs/flowers photo1.jpg photo2.png holiday/
     python -m tfcnn.predict --saved_model exported/rn50 --top 3 photo.jpg
     python -m tfcnn.predict --model resnet50 --weights imagenet photo.jpg
 """
@@ -141,7 +141,8 @@ def parse_args(argv=None):
     from tfcnn.options import EVAL_PRECISIONS, add_feed_flags, add_weight_sources, check_feed_flags, command_parser
 
     parser = command_parser("python -m tfcnn.predict", __doc__)
-    parser.add_argument("images", nargs="+", help="image files: JPEG, PNG, GIF, BMP or WebP, of any size")
+    parser.add_argument("images", nargs="+", help="image files (JPEG, PNG, GIF, BMP or WebP, of any size), or "
+                                                  "folders of them")
     parser.add_argument("--model", help="model name (default: what the checkpoint or SavedModel records)")
     add_weight_sources(parser, "a SavedModel exported by training (--export_dir), tfcnn.convert or tfcnn.export")
     parser.add_argument("--labels", help="a labels.txt naming the classes (default: the run's dataset's, or the "
@@ -152,10 +153,24 @@ def parse_args(argv=None):
     add_feed_flags(parser)
     args = parser.parse_args(argv)
     check_feed_flags(parser, args, ("batch_size", "image_size", "num_classes", "top"))
+    args.images = [file for path in args.images for file in _image_files(parser, path)]
     missing = [path for path in [*args.images, *filter(None, [args.labels])] if not os.path.isfile(path)]
     if missing:
         parser.error(f"no such file: {', '.join(missing)}")
     return args
+
+
+def _image_files(parser, path: str) -> list[str]:
+    """[path], or a folder's image files by name (the names imagenet_prep takes as images)."""
+    if not os.path.isdir(path):
+        return [path]
+    from tfcnn.data import records
+
+    files = [os.path.join(path, name) for name in sorted(os.listdir(path)) if records.is_image_name(name)]
+    files = [file for file in files if os.path.isfile(file)]
+    if not files:
+        parser.error(f"{path} is a folder without image files (of {', '.join(sorted(records.IMAGE_EXTENSIONS))})")
+    return files
 
 
 def main(argv=None):
