@@ -415,6 +415,8 @@ def test_a_list_of_images_of_different_sizes_is_read_as_a_dataset_of_them(testne
     (lambda x, y: tfcnn.predict("/no/such/run", x, batch_size=0), "batch_size must be a positive integer, received: 0"),
     (lambda x, y: tfcnn.predict("/no/such/run", ["/no/such/image.jpg"]),
      r"^images\[0\]: /no/such/image.jpg: no such file$"),
+    (lambda x, y: tfcnn.predict("/no/such/run", SCRIPTS), r"^images\[0\]: \S+/scripts is a folder: pass its image "
+     r"files, whose order the rows follow, e.g. sorted\(glob.glob"),
     (lambda x, y: tfcnn.predict("/no/such/run", (x, y)),
      r"^images\[0\] is 16 images: pass one list of images, or their array alone \(predict takes no labels\)$"),
     (lambda x, y: tfcnn.predict("/no/such/run", x[0]),

@@ -87,6 +87,9 @@ def _listed(images) -> list:
     for index, item in enumerate(images):
         what = f"images[{index}]"
         if isinstance(item, (str, os.PathLike)):
+            if os.path.isdir(item):  # rows follow the images given: a folder's order would be the caller's guess
+                raise ValueError(f"{what}: {os.fspath(item)} is a folder: pass its image files, whose order the rows "
+                                 f"follow, e.g. sorted(glob.glob(os.path.join(folder, '*.jpg')))")
             if not os.path.isfile(item):
                 raise ValueError(f"{what}: {os.fspath(item)}: no such file")
         elif not isinstance(item, bytes):
