@@ -6,7 +6,8 @@
 
 Inputs: a train directory of `<class>/<image>` (ImageNet: `<synset>/*.JPEG`); a validation directory,
 either in `<class>/` folders too or flat with `--validation_labels` (one synset per line in the sorted
-file-name order, or `<file name> <synset>` lines). Classes are the sorted folder names unless
+file-name order, or `<file name> <synset>` lines); or, for a dataset without one, `--validation_fraction 0.1`
+holds a tenth of each class's training images out as the validation split. Classes are the sorted folder names unless
 `--synsets_file` lists them; `--metadata_file` (`<synset>\\t<text>` lines) gives human-readable names.
 Bounding boxes come from ImageNet's XML annotations under `--bbox_dir` (found by image file stem).
 
@@ -184,6 +185,20 @@ def _stem(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
+def hold_out(items: list[Item], fraction: float) -> tuple[list[Item], list[Item]]:
+    """(training items, validation items): `fraction` of each class's images (rounded; each class keeps at
+    least one for training), picked by a shuffle seeded with the class's name, so a rerun holds out the same
+    images and a class's pick does not depend on the other classes. Both keep the items' order."""
+    by_class = {}
+    for item in items:
+        by_class.setdefault(item.synset, []).append(item.path)
+    held = set()
+    for synset, paths in by_class.items():
+        count = min(round(fraction * len(paths)), len(paths) - 1)
+        held.update(random.Random(f"{SHUFFLE_SEED}:{synset}").sample(paths, count))
+    return [item for item in items if item.path not in held], [item for item in items if item.path in held]
+
+
 def plan_shards(split: str, items: list[Item], num_shards: int) -> list[tuple[str, list[Item]]]:
     """Contiguous, near-equal slices; the train list is shuffled with a fixed seed first, so every
     shard mixes classes and a rerun plans exactly the same shards."""
@@ -259,24 +274,37 @@ def build_tfrecords(output_dir: str, train_dir: str | None = None, validation_di
                     validation_labels: str | None = None, bbox_dir: str | None = None,
                     synsets_file: str | None = None, metadata_file: str | None = None,
                     train_shards: int = DEFAULT_SHARDS["train"],
-                    validation_shards: int = DEFAULT_SHARDS["validation"],
+                    validation_shards: int = DEFAULT_SHARDS["validation"], validation_fraction: float = 0.0,
                     resize: str = "shorter:480", upscale: bool = False, quality: int = 90,
                     num_workers: int | None = None, log=print) -> dict[str, dict]:
     """Builds the requested splits; returns a summary per split. Raises BuildError on bad input
-    before any image is converted."""
+    before any image is converted. validation_fraction: the validation split held out of train_dir's
+    images (that fraction of each class), for a dataset without one."""
     spec = parse_resize(resize, upscale)
-    _check_inputs(train_dir, validation_dir, train_shards, validation_shards, quality, num_workers)
+    _check_inputs(train_dir, validation_dir, train_shards, validation_shards, quality, num_workers,
+                  validation_fraction)
     os.makedirs(output_dir, exist_ok=True)
     metadata = records.read_metadata(output_dir)
-    options = {"resize": str(spec), "quality": quality}
+    # The split held out is part of what the shards hold: a rebuild with another fraction is another build.
+    options = {"resize": str(spec), "quality": quality, **({"validation_fraction": validation_fraction}
+                                                            if validation_fraction else {})}
     existing = records.read_labels(output_dir)
     classes = resolve_classes(synsets_file, metadata_file, train_dir, validation_dir, existing)
     bboxes = index_bboxes(bbox_dir)
 
     plans = {}
     if train_dir:
-        plans["train"] = plan_shards("train", collect_folder_split(train_dir, "--train_dir", classes, bboxes),
-                                     train_shards)
+        items = collect_folder_split(train_dir, "--train_dir", classes, bboxes)
+        if validation_fraction:
+            items, held = hold_out(items, validation_fraction)
+            if not held:
+                raise BuildError(f"--validation_fraction {validation_fraction:g} holds out no image: each class's "
+                                 f"share of its images rounds to 0 (or to all of a class of one); pass a larger "
+                                 f"fraction")
+            log(f"validation: {len(held):,} of --train_dir's {len(items) + len(held):,} images held out "
+                f"({validation_fraction:g} of each class)")
+            plans["validation"] = plan_shards("validation", held, validation_shards)
+        plans = {"train": plan_shards("train", items, train_shards), **plans}
     if validation_dir:
         items = (collect_folder_split(validation_dir, "--validation_dir", classes, bboxes)
                  if class_folders(validation_dir)
@@ -311,9 +339,15 @@ def build_tfrecords(output_dir: str, train_dir: str | None = None, validation_di
                 for split, shards in plans.items()}
 
 
-def _check_inputs(train_dir, validation_dir, train_shards, validation_shards, quality, num_workers):
+def _check_inputs(train_dir, validation_dir, train_shards, validation_shards, quality, num_workers,
+                  validation_fraction):
     if not train_dir and not validation_dir:
         raise BuildError("nothing to build: pass --train_dir and/or --validation_dir")
+    if not 0 <= validation_fraction < 1:
+        raise BuildError(f"--validation_fraction must be at least 0 and below 1, received: {validation_fraction}")
+    if validation_fraction and (validation_dir or not train_dir):
+        raise BuildError("--validation_fraction holds the validation split out of --train_dir: pass it with "
+                         "--train_dir and without --validation_dir")
     for flag, path in (("--train_dir", train_dir), ("--validation_dir", validation_dir)):
         if path and not os.path.isdir(path):
             raise BuildError(f"{flag} {path} does not exist or is not a directory")
@@ -459,7 +493,8 @@ def main(argv):
         summaries = build_tfrecords(
             FLAGS.output_dir, FLAGS.train_dir, FLAGS.validation_dir, validation_labels=FLAGS.validation_labels,
             bbox_dir=FLAGS.bbox_dir, synsets_file=FLAGS.synsets_file, metadata_file=FLAGS.metadata_file,
-            train_shards=FLAGS.train_shards, validation_shards=FLAGS.validation_shards, resize=FLAGS.resize,
+            train_shards=FLAGS.train_shards, validation_shards=FLAGS.validation_shards,
+            validation_fraction=FLAGS.validation_fraction, resize=FLAGS.resize,
             upscale=FLAGS.upscale, quality=FLAGS.quality, num_workers=FLAGS.num_workers)
     except (BuildError, ValueError) as error:
         sys.exit(f"build_tfrecords: error: {error}")
@@ -482,6 +517,8 @@ def define_flags():
     flags.DEFINE_string("metadata_file", None, "human-readable class names: '<synset>\\t<text>' lines")
     flags.DEFINE_integer("train_shards", DEFAULT_SHARDS["train"], "number of training shards")
     flags.DEFINE_integer("validation_shards", DEFAULT_SHARDS["validation"], "number of validation shards")
+    flags.DEFINE_float("validation_fraction", 0.0, "without --validation_dir: hold this fraction of each "
+                       "class's --train_dir images out as the validation split (e.g. 0.1)")
     flags.DEFINE_string("resize", "shorter:480", "pre-resize: 'shorter:N' (cap the shorter side, keep the "
                         "aspect ratio), 'stretch:WxH' (fixed size) or 'none'")
     flags.DEFINE_boolean("upscale", False, "with shorter:N, also enlarge images whose shorter side is below N")

@@ -258,6 +258,44 @@ def test_validation_in_class_folders_and_own_dataset(tmp_path):
         "taken-True.jpg"]
 
 
+def test_validation_fraction_holds_each_classs_share_out_of_the_training_images(tmp_path):
+    """A dataset of one folder: --validation_fraction takes that share of each class (rounded, a training image
+    left to each) out of the training split, the same images on a rerun; another fraction is another build."""
+    from tfcnn.data.pipeline import list_shards
+
+    for cls, n in (("a", 10), ("b", 3), ("c", 1)):
+        (tmp_path / "photos" / cls).mkdir(parents=True)
+        for i in range(n):
+            Image.new("RGB", (8, 8), (20 * i, 0, 0)).save(tmp_path / "photos" / cls / f"{cls}{i}.jpg")
+    out, logged = tmp_path / "out", []
+    kwargs = dict(train_shards=2, validation_shards=1, resize="none", num_workers=1)
+    bt.build_tfrecords(str(out), str(tmp_path / "photos"), validation_fraction=0.2, log=logged.append, **kwargs)
+    assert "validation: 3 of --train_dir's 14 images held out (0.2 of each class)" in logged
+    held = sorted(r["filename"] for r in read_shards(out, "validation"))
+    trained = sorted(r["filename"] for r in read_shards(out, "train"))
+    assert [name[0] for name in held] == ["a", "a", "b"] and not set(held) & set(trained)
+    assert sorted(held + trained) == sorted(p.name for p in (tmp_path / "photos").glob("*/*.jpg"))
+    assert records.read_metadata(str(out))["options"]["validation_fraction"] == 0.2
+    summary = bt.build_tfrecords(str(out), str(tmp_path / "photos"), validation_fraction=0.2, log=logged.append,
+                                 **kwargs)
+    assert summary["validation"]["shards_already_complete"] == 1 and summary["train"]["shards_already_complete"] == 2
+    with pytest.raises(bt.BuildError, match=r"built with .*, not .*'validation_fraction': 0.3"):
+        bt.build_tfrecords(str(out), str(tmp_path / "photos"), validation_fraction=0.3, **kwargs)
+    with pytest.raises(bt.BuildError, match=r"^--validation_fraction 0.01 holds out no image: each class's share"):
+        bt.build_tfrecords(str(tmp_path / "out2"), str(tmp_path / "photos"), validation_fraction=0.01, **kwargs)
+    with pytest.raises(bt.BuildError, match=r"^--validation_fraction must be at least 0 and below 1, received: 1.0"):
+        bt.build_tfrecords(str(tmp_path / "out2"), str(tmp_path / "photos"), validation_fraction=1.0, **kwargs)
+    with pytest.raises(bt.BuildError, match=r"^--validation_fraction holds the validation split out of --train_dir: "
+                                            r"pass it with --train_dir and without --validation_dir$"):
+        bt.build_tfrecords(str(tmp_path / "out2"), str(tmp_path / "photos"), str(tmp_path / "photos"),
+                           validation_fraction=0.2, **kwargs)
+    # a build of training shards only: evaluation's error names both ways to a validation split
+    bt.build_tfrecords(str(tmp_path / "trained"), str(tmp_path / "photos"), **kwargs)
+    with pytest.raises(ValueError, match=r"it holds training shards only: .*--validation_dir DIR` adds the validation "
+                                         r"split, or .*`--validation_fraction 0.1` holds"):
+        list_shards(str(tmp_path / "trained"), "validation")
+
+
 # ------------------------------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -26,6 +26,9 @@ AUTOTUNE = tf.data.AUTOTUNE
 
 
 LABEL_ERROR = "label out of range"
+ADD_VALIDATION = ("it holds training shards only: `python -m imagenet_prep.build_tfrecords --validation_dir DIR` "
+                  "adds the validation split, or a build into a new --output_dir with `--validation_fraction 0.1` "
+                  "holds a tenth of the training images out as one")
 
 
 class DataError(ValueError):
@@ -39,8 +42,10 @@ def list_shards(data_dir: str, split: str) -> list[str]:
     pattern = os.path.join(data_dir, records.shard_pattern(split))
     files = sorted(tf.io.gfile.glob(pattern))
     if not files:
+        has_train = tf.io.gfile.glob(os.path.join(data_dir, records.shard_pattern("train")))
         raise DataError(f"no {split} shards in --data_dir {data_dir}: nothing matches {pattern}; "
                         + (records.conversion_advice(data_dir)
+                           or (ADD_VALIDATION if split == "validation" and has_train else None)
                            or "make them with `python -m imagenet_prep.build_tfrecords`"))
     return files
 
