@@ -509,7 +509,7 @@ def test_resume_after_interruption_matches_uninterrupted_run(stripes, tmp_path, 
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_rerunning_a_complete_run_does_nothing(stripes, tmp_path, capsys):
+def test_rerunning_a_complete_run_does_nothing_and_a_longer_one_extends_it(stripes, tmp_path, capsys):
     config = dict(TINY, data_dir=stripes, num_iter=3, iter_unit="batch", log_dir=str(tmp_path / "run"))
     train(make_config(**config))
     files = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
@@ -523,6 +523,11 @@ def test_rerunning_a_complete_run_does_nothing(stripes, tmp_path, capsys):
     with pytest.raises(ValueError, match=r"--num_iter 2 --iter_unit batch \(2 steps\) is below step 3 of the "
                                          r"latest checkpoint in --log_dir .*: that run already went further"):
         train(make_config(**{**config, "num_iter": 2}))
+    # a longer one extends it, saying that the schedule spans the new length
+    capsys.readouterr()
+    assert train(make_config(**{**config, "num_iter": 4}))["end_step"] == 4
+    assert (f"note: the run in --log_dir {tmp_path / 'run'} was planned as --num_iter 3 --iter_unit batch; resumed "
+            f"at step 3 to 4 steps, its cosine learning-rate schedule spans the 4: ") in capsys.readouterr().out
 
 
 def test_an_elastic_rollback_resumes_with_every_variable_of_an_uninterrupted_run(stripes, tmp_path, monkeypatch):

@@ -124,6 +124,12 @@ def make_plan(config: TrainConfig, train_records: int | None = None) -> Plan:
                 f"--num_iter {config.num_iter} --iter_unit {config.iter_unit} ({total} steps) is below step "
                 f"{plan.start_step} of the latest checkpoint in --log_dir {config.log_dir}: that run already "
                 f"went further. Pass --num_iter of at least its length to continue it, or another --log_dir")
+        planned = previous and (previous.get("num_iter"), previous.get("iter_unit"))
+        if planned and planned != (config.num_iter, config.iter_unit) and config.lr_schedule != "constant":
+            plan.notes.append(f"note: the run in --log_dir {config.log_dir} was planned as --num_iter {planned[0]} "
+                              f"--iter_unit {planned[1]}; resumed at step {plan.start_step} to {total} steps, its "
+                              f"{config.lr_schedule} learning-rate schedule spans the {total}: from here on each "
+                              f"step takes the rate the new length gives it, not the one the planned run would have")
     return plan
 
 
