@@ -530,6 +530,20 @@ def test_rerunning_a_complete_run_does_nothing_and_a_longer_one_extends_it(strip
             f"at step 3 to 4 steps, its cosine learning-rate schedule spans the 4: ") in capsys.readouterr().out
 
 
+def test_predict_without_validation_records_fails_before_training(stripes, tmp_path):
+    """--predict evaluates after the last step: records without a validation split are said before the first one
+    (they were after the whole run, whose rerun, complete, then evaluated nothing)."""
+    only_train = tmp_path / "only_train"
+    only_train.mkdir()
+    for name in os.listdir(stripes):
+        if not name.startswith("validation-"):
+            os.symlink(os.path.join(stripes, name), only_train / name)
+    with pytest.raises(ValueError, match=r"^no validation shards in --data_dir \S+only_train: .* it holds training "
+                                         r"shards only: "):
+        train(make_config(**TINY, data_dir=str(only_train), num_iter=1, predict=True, log_dir=str(tmp_path / "run")))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
 def test_an_elastic_rollback_resumes_with_every_variable_of_an_uninterrupted_run(stripes, tmp_path, monkeypatch):
     """What an elastic run commits is its whole state: a collective that fails two steps after a commit (a
     lost peer) rolls the run back to it, and the run then ends with every variable of one that did not

@@ -84,6 +84,8 @@ def make_plan(config: TrainConfig, train_records: int | None = None) -> Plan:
         records = train_records
     elif config.data_dir:
         records = pipeline.count_records(config.data_dir, pipeline.list_shards(config.data_dir, "train"))
+        if config.predict:  # said before the training, not after it (a rerun of a complete run evaluates nothing)
+            pipeline.list_shards(config.data_dir, "validation")
     else:
         records = IMAGENET_TRAIN_IMAGES
     steps_per_epoch = records // global_batch
