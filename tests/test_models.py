@@ -266,7 +266,11 @@ def test_dropout_override_and_none_overrides_are_dropped():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(name="resnet5"), r"unknown model name: 'resnet5'; valid names: alexnet, densenet121, .*, resnet50, .*, xception$"),
+    (dict(name="resnet5"), r"unknown model 'resnet5' \(did you mean 'resnet50' or 'resnet152' or 'resnet34'\?\); valid "
+                           r"models: alexnet, densenet121, .*, resnet50, .*, xception$"),
+    (dict(name="ResNet-18"), r"^unknown model 'ResNet-18' \(did you mean 'resnet18'\?\); valid models: alexnet, "),
+    (dict(name=tf.keras.Sequential()), r"^model takes a registered model's name \(python -m tfcnn.models lists them\), "
+                                       r"received Sequential: a model of your own joins them through tfcnn.models"),
     (dict(name="resnet18", num_classes=0), r"num_classes must be an integer >= 1, received: 0"),
     (dict(name="resnet18", num_classes=2.5), r"num_classes .* received: 2.5"),
     (dict(name="resnet18", input_shape=(16, 16, 3)), r"input_shape \(16, 16, 3\) is too small for resnet18"),
@@ -278,7 +282,7 @@ def test_dropout_override_and_none_overrides_are_dropped():
 def test_bad_arguments_raise_value_error_naming_the_value(kwargs, match):
     with pytest.raises(ValueError, match=match):
         create_model(**kwargs)
-    with pytest.raises(ValueError, match="unknown model name"):
+    with pytest.raises(ValueError, match=r"^unknown model 'nope'; valid models: alexnet, "):  # nothing near it
         model_info("nope")
 
 

@@ -81,7 +81,8 @@ def test_weight_decay_spares_batch_norm_and_biases(name):
 
 
 @pytest.mark.parametrize("overrides, match", [
-    (dict(model="resnet5"), r"unknown --model 'resnet5'; valid models: alexnet, densenet121, .*, resnet50, .*, xception$"),
+    (dict(model="resnet5"), r"unknown --model 'resnet5' \(did you mean 'resnet50' or .*\?\); valid models: alexnet, "
+                            r"densenet121, .*, resnet50, .*, xception$"),
     (dict(batch_size=0), "--batch_size must be a positive integer, received: 0"),
     (dict(iter_unit="steps"), "--iter_unit must be one of epoch, batch, received: 'steps'"),
     (dict(precision="fp8"), "--precision must be one of fp32, fp16, bf16, fp64, received: 'fp8'"),

@@ -47,11 +47,11 @@ def convert(model: str, weights: str, output_dir: str, *, num_classes: int | Non
 
     from tfcnn import checkpoints
     from tfcnn.fileio import atomic_write_text
-    from tfcnn.models import create_model, list_models
+    from tfcnn.models import create_model
+    from tfcnn.models.registry import check_model
     from tfcnn.models.weights import load_weights, open_weights
 
-    if model not in list_models():
-        raise ValueError(f"unknown model {model!r}; valid models: {', '.join(list_models())}")
+    check_model(model)
     if num_classes is not None and num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, received: {num_classes}")
     if new_head and not num_classes:

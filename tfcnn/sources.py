@@ -95,6 +95,7 @@ def load_model(source, *, model: str | None = None, image_size: int | None = Non
     and the overrides change it. A SavedModel is not a source here (it is no Keras model)."""
     from tfcnn import checkpoints
     from tfcnn.models import create_model, list_models
+    from tfcnn.models.registry import check_model
     from tfcnn.models.weights import open_weights, tfcnn_checkpoint
 
     overrides = dict(input_size=image_size, crop_fraction=crop_fraction, interpolation=interpolation,
@@ -110,8 +111,8 @@ def load_model(source, *, model: str | None = None, image_size: int | None = Non
     if not isinstance(source, (str, os.PathLike)):
         raise ValueError(f"source must be a model, a RunResult or a path, received {type(source).__name__}")
     path, name = os.fspath(source), model
-    if name and name not in list_models():
-        raise ValueError(f"unknown model {name!r}; valid models: {', '.join(list_models())}")
+    if name:
+        check_model(name)
     if is_saved_model(path):
         raise ValueError(f"{path} is a SavedModel export, not weights to build a model from")
     if not name and not (os.path.exists(path) or checkpoints.is_checkpoint(path)):

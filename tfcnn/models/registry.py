@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import fnmatch
 import inspect
 import os
@@ -157,9 +158,24 @@ def list_models(pattern: str = "*") -> list[str]:
     return sorted(n for n in _REGISTRY if fnmatch.fnmatchcase(n, pattern))
 
 
+def check_model(name, what: str = "model") -> None:
+    """A ValueError unless `name` is a registered model's, with the names it may have meant (another spelling,
+    a typo), or the way a model of one's own joins them."""
+    if not isinstance(name, str):
+        raise ValueError(f"{what} takes a registered model's name (python -m tfcnn.models lists them), received "
+                         f"{type(name).__name__}: a model of your own joins them through "
+                         f"tfcnn.models.registry.register_model (docs/development.md)")
+    if name in _REGISTRY:
+        return
+    spelled = lambda text: text.lower().replace("-", "").replace("_", "")  # noqa: E731  'ResNet-18': resnet18
+    meant = [n for n in list_models() if spelled(n) == spelled(name)] or difflib.get_close_matches(
+        name.lower(), list_models(), n=3)
+    hint = f" (did you mean {' or '.join(map(repr, meant))}?)" if meant else ""
+    raise ValueError(f"unknown {what} {name!r}{hint}; valid models: {', '.join(list_models())}")
+
+
 def _entry(name: str) -> _Entry:
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown model name: {name!r}; valid names: {', '.join(list_models())}")
+    check_model(name)
     return _REGISTRY[name]
 
 

@@ -243,11 +243,9 @@ def validate(config: TrainConfig) -> None:
         raise ValueError(f"--log_dir {config.log_dir} is a file: name a directory (a new one, or a run's to resume)")
     if config.export_dir:
         check_export_dir(config.export_dir, "--export_dir")  # before training, not after it
-    from tfcnn.models import list_models  # last: the zoo loads TensorFlow, the checks above do not
-    from tfcnn.models.registry import model_overrides
+    from tfcnn.models.registry import check_model, model_overrides  # last: the zoo loads TensorFlow
 
-    if config.model not in list_models():
-        raise ValueError(f"unknown --model {config.model!r}; valid models: {', '.join(list_models())}")
+    check_model(config.model, "--model")
     unknown = sorted(set(config.model_options or {}) - set(model_overrides(config.model)))
     if unknown:
         raise ValueError(f"--model_options: {config.model} has no option {', '.join(unknown)}; its options: "
