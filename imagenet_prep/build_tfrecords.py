@@ -7,9 +7,9 @@
 Inputs: a train directory of `<class>/<image>` (ImageNet: `<synset>/*.JPEG`); a validation directory,
 either in `<class>/` folders too or flat with `--validation_labels` (one synset per line in the sorted
 file-name order, or `<file name> <synset>` lines); or, for a dataset without one, `--validation_fraction 0.1`
-holds a tenth of each class's training images out as the validation split. Classes are the sorted folder names unless
-`--synsets_file` lists them; `--metadata_file` (`<synset>\\t<text>` lines) gives human-readable names.
-Bounding boxes come from ImageNet's XML annotations under `--bbox_dir` (found by image file stem).
+holds a tenth of each class's training images out as the validation split. Classes are the sorted folder
+names unless `--synsets_file` lists them; `--metadata_file` (`<synset>\\t<text>` lines) gives human-readable
+names. Bounding boxes come from ImageNet's XML annotations under `--bbox_dir` (found by image file stem).
 
 Outputs in --output_dir: `train-00000-of-01024 ...`, `validation-00000-of-00128 ...`, each with its DALI
 index beside it (`train-00000-of-01024.idx`, tfcnn.data.dali_index), `labels.txt` and `dataset.json` (see
@@ -294,7 +294,7 @@ def build_tfrecords(output_dir: str, train_dir: str | None = None, validation_di
 
     plans = {}
     if train_dir:
-        items = collect_folder_split(train_dir, "--train_dir", classes, bboxes)
+        items, held = collect_folder_split(train_dir, "--train_dir", classes, bboxes), []
         if validation_fraction:
             items, held = hold_out(items, validation_fraction)
             if not held:
@@ -303,8 +303,9 @@ def build_tfrecords(output_dir: str, train_dir: str | None = None, validation_di
                                  f"fraction")
             log(f"validation: {len(held):,} of --train_dir's {len(items) + len(held):,} images held out "
                 f"({validation_fraction:g} of each class)")
+        plans["train"] = plan_shards("train", items, train_shards)
+        if held:
             plans["validation"] = plan_shards("validation", held, validation_shards)
-        plans = {"train": plan_shards("train", items, train_shards), **plans}
     if validation_dir:
         items = (collect_folder_split(validation_dir, "--validation_dir", classes, bboxes)
                  if class_folders(validation_dir)

@@ -71,9 +71,9 @@ def check(data, what: str = "train_data", num_classes: int | None = None):
             raise ValueError(f"{what}: the Dataset is infinite; pass one epoch of it (tfcnn repeats it)")
         return data
     if isinstance(data, (str, os.PathLike)):  # a folder of class folders, as Keras' loaders read them
-        raise ValueError(f"{what}: {str(data)!r} is a path, not data: pass the Dataset of a folder of class folders, "
-                         f"tf.keras.utils.image_dataset_from_directory({str(data)!r}), or convert it to TFRecords "
-                         f"(python -m imagenet_prep.build_tfrecords --train_dir ...) and pass data_dir")
+        raise ValueError(f"{what}: {os.fspath(data)!r} is a path, not data: pass the Dataset of a folder of class "
+                         f"folders, tf.keras.utils.image_dataset_from_directory({os.fspath(data)!r}), or convert it "
+                         f"to TFRecords (python -m imagenet_prep.build_tfrecords --train_dir ...) and pass data_dir")
     if not (isinstance(data, (tuple, list)) and len(data) == 2):
         raise ValueError(f"{what}: pass (x, y) arrays or a tf.data.Dataset of (image, label), received "
                          f"{type(data).__name__}")
