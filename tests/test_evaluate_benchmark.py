@@ -195,6 +195,14 @@ def test_benchmark_rejects_bad_arguments(args, message, capsys):
     assert exit.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_batch_sizes_come_alone_comma_separated_or_listed():
+    """tfcnn.benchmark(..., batch_sizes=8) failed with "'int' object is not iterable"."""
+    from tfcnn.benchmark import batch_size_list
+
+    assert batch_size_list(8) == batch_size_list("8") == batch_size_list([8]) == [8]
+    assert batch_size_list("8, 16") == batch_size_list((8, 16)) == [8, 16]
+
+
 def test_a_warmup_that_cannot_finish_gives_no_figure(monkeypatch):
     from tfcnn import benchmark
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+import numbers
 import os
 import platform
 import sys
@@ -165,6 +166,18 @@ def write_outputs(output_dir, rows, meta):
     os.replace(tmp, os.path.join(output_dir, "benchmark.csv"))
 
 
+def batch_size_list(value) -> list:
+    """--batch_sizes as a list: one size alone, comma-separated sizes (the command line's), or a list of them."""
+    if isinstance(value, numbers.Integral):
+        return [value]
+    if isinstance(value, str):
+        try:
+            return [int(size) for size in value.split(",") if size.strip()]
+        except ValueError:
+            raise ValueError(f"--batch_sizes must be comma-separated integers, received: {value!r}") from None
+    return list(value)
+
+
 def check_options(models, *, mode, batch_sizes, precision, image_size, weights, warmup_steps, steps) -> list[str]:
     """The model names `models` stands for (a name, a list, comma-separated names or "all"), or a ValueError
     naming the bad value. The names are checked last: the zoo loads TensorFlow."""
@@ -172,7 +185,7 @@ def check_options(models, *, mode, batch_sizes, precision, image_size, weights, 
         raise ValueError(f"--mode must be one of {', '.join(MODES)}, received: {mode!r}")
     if precision not in PRECISIONS:
         raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, received: {precision!r}")
-    if not batch_sizes or min(batch_sizes) < 1:
+    if not batch_sizes or not all(isinstance(b, numbers.Integral) and b >= 1 for b in batch_sizes):
         raise ValueError(f"--batch_sizes must list at least one positive integer, received: {batch_sizes!r}")
     if steps < 2 or warmup_steps < 0:
         raise ValueError(f"--steps must be >= 2 and --warmup_steps >= 0, received: {steps}, {warmup_steps}")
@@ -194,11 +207,12 @@ def check_options(models, *, mode, batch_sizes, precision, image_size, weights, 
 def benchmark(models="resnet50", *, mode: str = "inference", batch_sizes=(1, 2, 4, 8, 16, 32), precision: str = "fp32",
               use_xla: bool = False, image_size: int | None = None, weights=None, warmup_steps: int = 3,
               steps: int = 10, output_dir=None, log=print) -> list[dict]:
-    """Throughput and latency of `models` (a name, a list, comma-separated names or "all") at each batch size,
-    on synthetic data: a row per model and batch size, its status "ok" with img_per_sec and the latency
-    percentiles, or why no figure is meaningful; written to output_dir's benchmark.csv and benchmark.json when
-    given. Under horovodrun, training figures are global. A ValueError names a bad value."""
-    batch_sizes = list(batch_sizes)
+    """Throughput and latency of `models` (a name, a list, comma-separated names or "all") at each of
+    `batch_sizes` (one, a list, or comma-separated), on synthetic data: a row per model and batch size, its
+    status "ok" with img_per_sec and the latency percentiles, or why no figure is meaningful; written to
+    output_dir's benchmark.csv and benchmark.json when given. Under horovodrun, training figures are global.
+    A ValueError names a bad value."""
+    batch_sizes = batch_size_list(batch_sizes)
     models = check_options(models, mode=mode, batch_sizes=batch_sizes, precision=precision, image_size=image_size,
                            weights=weights, warmup_steps=warmup_steps, steps=steps)
     from tfcnn import distributed
@@ -235,11 +249,8 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=10, help="timed steps per measurement")
     parser.add_argument("--output_dir", help="write benchmark.csv and benchmark.json here")
     args = parser.parse_args(argv)
-    try:
-        args.batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
-    except ValueError:
-        parser.error(f"--batch_sizes must be comma-separated integers, received: {args.batch_sizes!r}")
     try:  # a flag error, as argparse's own
+        args.batch_sizes = batch_size_list(args.batch_sizes)
         args.models = check_options(args.models, mode=args.mode, batch_sizes=args.batch_sizes,
                                     precision=args.precision, image_size=args.image_size, weights=args.weights,
                                     warmup_steps=args.warmup_steps, steps=args.steps)
