@@ -93,8 +93,8 @@ def test_a_notebook_trains_evaluates_exports_and_classifies_a_jpeg(testnet, tmp_
     rows = tfcnn.benchmark("testnet", batch_sizes=[1, 2], image_size=32, warmup_steps=1, steps=2, log=quiet)
     assert [(r["model"], r["batch_size"], r["status"]) for r in rows] == [("testnet", 1, "ok"), ("testnet", 2, "ok")]
     notes = []
-    charts = tfcnn.plots(str(tmp_path / "charts"), log_dirs=[result.log_dir], benchmark=rows, evaluations=[by_model],
-                         log=notes.append)
+    charts = tfcnn.plots(str(tmp_path / "charts"), log_dirs=result.log_dir, benchmark=rows, evaluations=by_model,
+                         log=notes.append)  # one run and one evaluation alone (a run's path was read letter by letter)
     assert sorted(os.path.basename(p) for p in charts if p.endswith(".png")) == [
         "latency_vs_throughput.png", "training_curves.png"]
     # the test model has no counts to place it by (test_evaluate_benchmark draws the zoo's): said, not a crash

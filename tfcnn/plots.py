@@ -158,7 +158,11 @@ def _save(fig, output_dir, name):
 def make_plots(output_dir, *, log_dirs=(), benchmark=None, evaluations=(), log=print) -> list[str]:
     """The charts (module docstring) into output_dir: of the training runs in log_dirs; of a benchmark (its
     benchmark.json, or the rows tfcnn.benchmark returned); of evaluations (tfcnn.evaluate's --output JSONs,
-    or the EvalResults it returned). Returns the files written; a ValueError names what cannot be drawn."""
+    or the EvalResults it returned); one run or evaluation may come alone. Returns the files written; a
+    ValueError names what cannot be drawn."""
+    log_dirs = [log_dirs] if isinstance(log_dirs, (str, os.PathLike)) else list(log_dirs)  # not its letters
+    alone = isinstance(evaluations, (str, os.PathLike, dict)) or hasattr(evaluations, "to_dict")
+    evaluations = [evaluations] if alone else list(evaluations)
     if not benchmark and not evaluations and not log_dirs:
         raise ValueError("give --log_dir runs, or --benchmark and/or --eval files, to plot")
     runs = [read_run(d) for d in log_dirs]
