@@ -94,10 +94,28 @@ def test_weight_decay_spares_batch_norm_and_biases(name):
     (dict(augment="randaugment:0,9"), r"--augment randaugment:N,M needs N an integer in \[1, 10\]"),
     (dict(mixup=-0.2), r"--mixup \(the Beta distribution's alpha; 0: off\) must be a number >= 0, received: -0.2"),
     (dict(cutmix=-1.0), r"--cutmix .* must be a number >= 0, received: -1.0"),
+    # a notebook's values of another type: named, not a TypeError inside a comparison, nor a string taken for true
+    (dict(lr="0.1"), r"^--lr must be a number, received: '0.1'$"),
+    (dict(predict="no"), r"^--predict must be True or False, received: 'no'$"),
+    (dict(checkpoint_every=2.5), r"^--checkpoint_every must be an integer, received: 2.5$"),
+    (dict(lr_decay_epochs=["a"]), r"^--lr_decay_epochs must be numbers \(epochs\), received: \['a'\]$"),
+    (dict(mean=120), r"^--mean must be 3 numbers on the 0-255 scale, one per RGB channel, received: \(120,\)$"),
 ])
 def test_bad_config_is_rejected_naming_flag_and_value(overrides, match):
     with pytest.raises(ValueError, match=match):
         make_config(**overrides)
+
+
+def test_lists_come_alone_or_comma_separated_and_paths_as_pathlib():
+    """One number alone or the flag's text where a list goes; a pathlib.Path where a path goes (log_dir's crashed
+    writing config.json: "Object of type PosixPath is not JSON serializable")."""
+    import pathlib
+
+    assert make_config(lr_decay_epochs=30).lr_decay_epochs == (30,)
+    assert make_config(lr_decay_epochs="30,60").lr_decay_epochs == (30.0, 60.0)
+    config = make_config(log_dir=pathlib.Path("runs/a"), data_dir=pathlib.Path("/data"))
+    assert (config.log_dir, config.data_dir) == ("runs/a", "/data")
+    json.dumps(dataclasses.asdict(config))
 
 
 def test_unknown_recipe_lists_valid_ones():

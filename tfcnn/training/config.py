@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import os
 
 from tfcnn.options import (DATA_BACKENDS, DEFAULT_STOP_SIGNALS, EVAL_CROPS, LARC_MODES, LR_GRANULARITIES,
@@ -160,11 +161,16 @@ def make_config(recipe: str | None = None, **overrides) -> TrainConfig:
             raise ValueError(f"unknown training option {key!r}; valid options: {', '.join(sorted(fields))}")
         if key == "model_options" and value is not None:  # the user's options on top of the recipe's
             value = {**parse_model_options(values.get(key)), **parse_model_options(value)}
+        if isinstance(value, os.PathLike):  # a notebook's pathlib.Path: config.json and the logs hold strings
+            value = os.fspath(value)
         if value is not None:
             values[key] = value
-    for key in ("lr_decay_epochs", "mean", "std"):
-        if values.get(key) is not None:
-            values[key] = tuple(_number(v) for v in values[key])
+    for key in ("lr_decay_epochs", "mean", "std"):  # a list, one number alone, or the flag's comma-separated text
+        value = values.get(key)
+        if value is not None:
+            items = (value.split(",") if isinstance(value, str) else
+                     [value] if isinstance(value, numbers.Real) else value)
+            values[key] = tuple(_number(v) for v in items)
     if values.get("model_options") is not None:
         values["model_options"] = parse_model_options(values["model_options"])
     if values.get("loss_scale") is not None:
@@ -180,6 +186,25 @@ def _number(value):
         return float(value) if isinstance(value, str) else value
     except ValueError:
         return value
+
+
+# What an option's annotation asks for, as an error says it (numbers.Real takes ints and NumPy's numbers too).
+_KINDS = {"float": (numbers.Real, "a number"), "int": (numbers.Integral, "an integer"), "bool": (bool, "True or False")}
+
+
+def _check_types(config: TrainConfig) -> None:
+    """A number, integer or flag of another type (lr="0.1", predict="no") is named here, not met as a TypeError
+    inside a comparison, or taken for true."""
+    for field in dataclasses.fields(TrainConfig):
+        kind, _, optional = field.type.partition(" | ")
+        value = getattr(config, field.name)
+        if kind not in _KINDS or (optional and value is None):
+            continue
+        expected, words = _KINDS[kind]
+        if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
+            raise ValueError(f"--{field.name} must be {words}, received: {value!r}")
+    if not all(isinstance(v, numbers.Real) for v in config.lr_decay_epochs):
+        raise ValueError(f"--lr_decay_epochs must be numbers (epochs), received: {list(config.lr_decay_epochs)}")
 
 
 def validate(config: TrainConfig) -> None:
@@ -205,6 +230,7 @@ def validate(config: TrainConfig) -> None:
         value = getattr(config, name)
         if value is not None and (not isinstance(value, int) or value <= 0):
             raise ValueError(f"--{name} must be a positive integer, received: {value!r}")
+    _check_types(config)
     non_negative = ("lr", "warmup_epochs", "weight_decay", "momentum", "checkpoint_every",
                     "benchmark_warmup_steps", "max_minutes", "larc_eta")
     for name in non_negative:
