@@ -291,9 +291,9 @@ def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
 
     x, _ = id_coded(8)  # labels [count, 1], as keras.datasets gives them
     prepared = tfcnn.train(model="testnet", train_data=(x, (np.arange(8) % 2)[:, None]), batch_size=8, num_iter=1,
-                           warmup_epochs=0, augment=False)
-    config = prepared.summary["config"]
-    assert (config["train_crop"], config["augment"], config["image_size"], config["num_classes"]) == ("none", "none", 8, 2)
+                           warmup_epochs=0, augment=False, val_data=(x, np.arange(8) % 3))
+    config = prepared.summary["config"]  # 3 classes: the validation arrays have one the training ones lack
+    assert (config["train_crop"], config["augment"], config["image_size"], config["num_classes"]) == ("none", "none", 8, 3)
     batch = next(iter(memory.train_batches((x, np.zeros(8, int)), batch_size=8, image_size=8, num_classes=1, seed=0,
                                            train_crop="none")))[0].numpy()
     assert sorted(map(bytes, batch)) == sorted(map(bytes, x))

@@ -92,8 +92,8 @@ def train(config_or_recipe: TrainConfig | str | None = None, *, train_data=None,
       applies (train_crop; augment=False takes prepared images as they are: train_crop and augment 'none');
       each rank takes its own share (every size-th example), and val_data is evaluated at the end of every
       validation_every-th epoch and after training, each example once over all ranks.
-      num_classes and image_size default to what the data show (the largest label + 1, of a Dataset read as it
-      is counted; the images' size when square, of a Dataset when static).
+      num_classes and image_size default to what the data show (the largest label + 1, of val_data's arrays too,
+      of a training Dataset read as it is counted; the images' size when square, of a Dataset when static).
       Resuming (the same log_dir) continues the exact batch stream for the same arrays, or for a Dataset
       that yields the same examples in the same order each time (see tfcnn.data.memory).
     callbacks: tf.keras (Keras 2) callbacks, or one alone, run after tfcnn's own at every step; their
@@ -103,7 +103,7 @@ def train(config_or_recipe: TrainConfig | str | None = None, *, train_data=None,
       whose checkpoint log_dir keeps.
     Bad values raise ValueError naming the option; a NaN or infinite loss raises NonFiniteLossError.
     """
-    config = _config(config_or_recipe, overrides, train_data)
+    config = _config(config_or_recipe, overrides, train_data, val_data)
     if val_data is not None and train_data is None:
         raise ValueError("val_data needs train_data (records' validation: data_dir with predict=True)")
     from tfcnn.training import run  # loads TensorFlow: after the options' checks
@@ -112,7 +112,7 @@ def train(config_or_recipe: TrainConfig | str | None = None, *, train_data=None,
     return RunResult.from_summary(summary)
 
 
-def _config(config_or_recipe, overrides: dict, train_data) -> TrainConfig:
+def _config(config_or_recipe, overrides: dict, train_data, val_data=None) -> TrainConfig:
     overrides = dict(overrides)
     if isinstance(overrides.get("augment"), bool):  # augment=False: the data are prepared, take them as they are
         if not overrides.pop("augment"):
@@ -129,7 +129,10 @@ def _config(config_or_recipe, overrides: dict, train_data) -> TrainConfig:
         given = {**values, **{k: v for k, v in overrides.items() if v is not None}}
         if given.get("data_dir"):
             raise ValueError(f"train_data and data_dir {given['data_dir']!r} both name training data: give one")
-        overrides.update({k: v for k, v in _shown_by(train_data).items() if given.get(k) is None})
+        shown = _shown_by(train_data)
+        if shown.get("num_classes") and val_data is not None:  # a class the validation arrays have, training's lack
+            shown["num_classes"] = max(shown["num_classes"], _shown_by(val_data).get("num_classes") or 0)
+        overrides.update({k: v for k, v in shown.items() if given.get(k) is None})
     return make_config(recipe, **{**values, **overrides})
 
 
