@@ -380,6 +380,9 @@ def test_a_list_of_images_of_different_sizes_is_read_as_a_dataset_of_them(testne
      r"received shape \(16,\), dtype <U3: number the classes, e.g. names, y = np.unique\(y, return_inverse=True\)$"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y.astype(np.float32))),
      r"received shape \(16,\), dtype float32: pass y.astype\(int\)$"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=tf.data.Dataset.from_tensor_slices(
+        (x, np.eye(3)[y % 3])).batch(4)), r"train_data: each label is a vector of 3 \(one-hot\?\); pass the class "
+     r"numbers: image_dataset_from_directory\(..., label_mode='int'\), or data.map\(lambda image, label: \(image, "),
     (lambda x, y: tfcnn.train(model="testnet", train_data=tf.data.Dataset.from_tensor_slices((x, y * 1.0))),
      r"labels must be integers \(0-based classes\), received float64: cast them, data.map\(lambda image, label: "),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), batch_size=32),
