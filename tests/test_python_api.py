@@ -290,6 +290,11 @@ def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
     from tfcnn.data import memory
 
     x, _ = id_coded(8)  # labels [count, 1], as keras.datasets gives them
+    # (a Dataset sliced from them: each label [1]; counting its classes failed with a TypeError)
+    sliced = tf.data.Dataset.from_tensor_slices((x, (np.arange(8) % 2)[:, None]))
+    assert memory.count_and_classes(sliced) == (8, 2)
+    labels = next(iter(memory.train_batches(sliced, batch_size=8, image_size=8, num_classes=2, seed=0)))[1]
+    assert labels.shape == (8,) and sorted(labels.numpy()) == [0] * 4 + [1] * 4
     prepared = tfcnn.train(model="testnet", train_data=(x, (np.arange(8) % 2)[:, None]), batch_size=8, num_iter=1,
                            warmup_epochs=0, augment=False, val_data=(x, np.arange(8) % 3))
     config = prepared.summary["config"]  # 3 classes: the validation arrays have one the training ones lack
@@ -383,6 +388,9 @@ def test_a_list_of_images_of_different_sizes_is_read_as_a_dataset_of_them(testne
     (lambda x, y: tfcnn.train(model="testnet", train_data=tf.data.Dataset.from_tensor_slices(
         (x, np.eye(3)[y % 3])).batch(4)), r"train_data: each label is a vector of 3 \(one-hot\?\); pass the class "
      r"numbers: image_dataset_from_directory\(..., label_mode='int'\), or data.map\(lambda image, label: \(image, "),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=tf.data.Dataset.from_tensor_slices((x, np.zeros((16, 2, 2),
+                                                                                                   int)))),
+     r"^train_data: each label must be one class number, received labels of shape \(2, 2\)$"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=tf.data.Dataset.from_tensor_slices((x, y * 1.0))),
      r"labels must be integers \(0-based classes\), received float64: cast them, data.map\(lambda image, label: "),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), batch_size=32),

@@ -57,10 +57,15 @@ def check(data, what: str = "train_data", num_classes: int | None = None):
         if image_spec.shape.rank == 4:  # batched: the batches are tfcnn's to make
             data, image_spec = data.unbatch(), tf.TensorSpec(image_spec.shape[1:], image_spec.dtype)
             label_spec = tf.TensorSpec(label_spec.shape[1:], label_spec.dtype)
+        if label_spec.shape.rank == 1 and label_spec.shape[0] == 1:  # keras.datasets' [count, 1] labels, sliced
+            data, label_spec = data.map(lambda image, label: (image, label[0])), tf.TensorSpec([], label_spec.dtype)
         if label_spec.shape.rank == 1 and (label_spec.shape[0] or 0) > 1:  # Keras' label_mode="categorical"
             raise ValueError(f"{what}: each label is a vector of {label_spec.shape[0]} (one-hot?); pass the class "
                              f"numbers: image_dataset_from_directory(..., label_mode='int'), or "
                              f"data.map(lambda image, label: (image, tf.argmax(label, -1)))")
+        if label_spec.shape.rank not in (0, None):
+            raise ValueError(f"{what}: each label must be one class number, received labels of shape "
+                             f"{label_spec.shape}")
         if image_spec.shape.rank == 2:  # [height, width] grayscale: given its channel axis
             data, image_spec = data.map(lambda image, label: (image[..., None], label)), \
                 tf.TensorSpec([*image_spec.shape, 1], image_spec.dtype)
