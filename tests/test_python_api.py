@@ -409,6 +409,10 @@ def test_a_list_of_images_of_different_sizes_is_read_as_a_dataset_of_them(testne
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), callbacks=[print]),
      r"callbacks: builtin_function_or_method is not a Keras callback: pass tf.keras.callbacks instances \(subclass "),
     (lambda x, y: tfcnn.train(model="testnet", train_data=[x]), r"pass \(x, y\) arrays"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=tf.data.Dataset.from_tensor_slices(
+        {"image": x, "label": y})),
+     r"^train_data: a Dataset of \(image, label\) pairs is needed, received dicts \('image', 'label'\): "
+     r"tfds.load\(..., as_supervised=True\), or data.map\(lambda example: \(example\['image'\], example\['label'\]\)\)$"),
     (lambda x, y: tfcnn.evaluate("/no/such/run", data=SCRIPTS), r"^data: '\S+/scripts' is a path, not data: pass the "
      r"Dataset of a folder of class folders, tf.keras.utils.image_dataset_from_directory\('\S+/scripts'\), or convert"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), bogus=1), "unknown training option 'bogus'"),

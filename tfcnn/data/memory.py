@@ -51,6 +51,11 @@ def check(data, what: str = "train_data", num_classes: int | None = None):
     `what` and the problem: what can be checked without a model, before one is built or its weights load."""
     if isinstance(data, tf.data.Dataset):
         spec = data.element_spec
+        if isinstance(spec, dict):  # TensorFlow Datasets' examples, loaded without as_supervised
+            keys = ", ".join(map(repr, spec))
+            raise ValueError(f"{what}: a Dataset of (image, label) pairs is needed, received dicts ({keys}): "
+                             f"tfds.load(..., as_supervised=True), or data.map(lambda example: (example['image'], "
+                             f"example['label']))")
         if not (isinstance(spec, tuple) and len(spec) == 2):
             raise ValueError(f"{what}: a Dataset of (image, label) pairs is needed, received elements {spec}")
         image_spec, label_spec = spec
