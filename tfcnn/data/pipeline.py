@@ -42,10 +42,9 @@ def list_shards(data_dir: str, split: str) -> list[str]:
     pattern = os.path.join(data_dir, records.shard_pattern(split))
     files = sorted(tf.io.gfile.glob(pattern))
     if not files:
-        has_train = tf.io.gfile.glob(os.path.join(data_dir, records.shard_pattern("train")))
+        only_train = split == "validation" and tf.io.gfile.glob(os.path.join(data_dir, records.shard_pattern("train")))
         raise DataError(f"no {split} shards in --data_dir {data_dir}: nothing matches {pattern}; "
-                        + (records.conversion_advice(data_dir)
-                           or (ADD_VALIDATION if split == "validation" and has_train else None)
+                        + (records.conversion_advice(data_dir) or (ADD_VALIDATION if only_train else None)
                            or "make them with `python -m imagenet_prep.build_tfrecords`"))
     return files
 
