@@ -1,8 +1,9 @@
 """Classify image files with a SavedModel exported by training (--export_dir) or by python -m tfcnn.export:
 
-    python examples/classify.py --saved_model runs/rn50/saved_model image1.jpg [image2.png ...]
+    python examples/classify.py --saved_model runs/rn50/saved_model image1.jpg [image2.png ... photos/]
 
-Prints the top 5 classes of each image, with names from the labels.txt saved beside the model. A file that is no
+A folder stands for its image files (by name: .jpg, .png, ...; hidden files left out). Prints the top 5 classes
+of each image, with names from the labels.txt saved beside the model. A file that is no
 image, or a damaged one, is named on stderr, the others are still classified, and the exit status is 1.
 """
 import argparse
@@ -14,10 +15,23 @@ import tensorflow as tf
 # The formats the signature's decoder (tf.io.decode_image) reads, by their first bytes: a file that is none of them
 # is named before TensorFlow's decoder fails on it (which also logs a C++ warning)
 IMAGE_STARTS = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM")
+IMAGE_NAMES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
 
 def is_image(data: bytes) -> bool:
     return data.startswith(IMAGE_STARTS) or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")
+
+
+def image_files(parser, path: str) -> list[str]:
+    """[path], or a folder's image files by name, sorted."""
+    if not os.path.isdir(path):
+        return [path]
+    files = [os.path.join(path, name) for name in sorted(os.listdir(path))
+             if name.lower().endswith(IMAGE_NAMES) and not name.startswith(".")]
+    files = [file for file in files if os.path.isfile(file)]
+    if not files:
+        parser.error(f"{path} is a folder without image files (of {', '.join(IMAGE_NAMES)})")
+    return files
 
 
 def probabilities(classify, encoded: bytes):
@@ -36,6 +50,7 @@ def main(argv=None):
     parser.add_argument("--saved_model", required=True)
     parser.add_argument("images", nargs="+")
     args = parser.parse_args(argv)
+    args.images = [file for path in args.images for file in image_files(parser, path)]
     missing = [path for path in args.images if not os.path.isfile(path)]
     if missing:
         parser.error(f"no such file: {', '.join(missing)}")

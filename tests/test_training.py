@@ -337,6 +337,15 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path, capsys
     with pytest.raises(SystemExit) as refused:
         classify.main(["--saved_model", str(export_dir), str(tmp_path / "missing.jpg")])
     assert refused.value.code == 2 and f"no such file: {tmp_path / 'missing.jpg'}" in capsys.readouterr().err
+    # a folder: its image files by name (not the notes beside them, not a hidden file); one without images refused
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "b.JPG").write_bytes(data), (photos / "notes.txt").write_text("x"), (photos / "._a.jpg").write_text("x")
+    assert classify.main(["--saved_model", str(export_dir), str(photos)]) == 0
+    assert re.fullmatch(rf"{photos / 'b.JPG'}: [hv]stripes \d+\.\d%, [hv]stripes \d+\.\d%\n", capsys.readouterr().out)
+    with pytest.raises(SystemExit) as refused:
+        classify.main(["--saved_model", str(export_dir), str(tmp_path / "export_again")])
+    assert refused.value.code == 2 and "is a folder without image files" in capsys.readouterr().err
 
 
 def test_an_export_says_which_labels_named_its_classes_or_why_none_did(tmp_path):
