@@ -295,6 +295,9 @@ def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
     assert memory.count_and_classes(sliced) == (8, 2)
     labels = next(iter(memory.train_batches(sliced, batch_size=8, image_size=8, num_classes=2, seed=0)))[1]
     assert labels.shape == (8,) and sorted(labels.numpy()) == [0] * 4 + [1] * 4
+    # a list of (image, label) pairs is refused with tuple(zip(*pairs)), which is taken (tests of bad calls below)
+    pairs = list(zip(x, np.arange(8) % 2))
+    assert [a.tolist() for a in memory.check(tuple(zip(*pairs)))] == [x.tolist(), (np.arange(8) % 2).tolist()]
     prepared = tfcnn.train(model="testnet", train_data=(x, (np.arange(8) % 2)[:, None]), batch_size=8, num_iter=1,
                            warmup_epochs=0, augment=False, val_data=(x, np.arange(8) % 3))
     config = prepared.summary["config"]  # 3 classes: the validation arrays have one the training ones lack
@@ -409,6 +412,19 @@ def test_a_list_of_images_of_different_sizes_is_read_as_a_dataset_of_them(testne
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), callbacks=[print]),
      r"callbacks: builtin_function_or_method is not a Keras callback: pass tf.keras.callbacks instances \(subclass "),
     (lambda x, y: tfcnn.train(model="testnet", train_data=[x]), r"pass \(x, y\) arrays"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=list(zip(x, y))), r"pass \(x, y\) arrays or a tf.data."
+     r"Dataset of \(image, label\), received list of \(image, label\) pairs: pass tuple\(zip\(\*pairs\)\), their"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=list(zip(x, y))[:2]),  # two pairs: not read as (x, y)
+     r"received list of \(image, label\) pairs"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=(x, [[label] * (i % 2 + 1) for i, label in enumerate(y)])),
+     r"^train_data: y must be \[count\] integer labels, one class number per image; received labels of uneven "),
+    (lambda x, y: tfcnn.train(model="testnet", train_data={"image": x, "label": y}),
+     r"received dict of 'image' and 'label': pass \(data\['image'\], data\['label'\]\)$"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=zip(x, y)), r"received zip \(an iterator, which can be read "
+     r"only once\): pass tf.data.Dataset.from_generator\(a function that makes it, output_signature=\(tf.TensorSpec"),
+    (lambda x, y: tfcnn.train(model="testnet", train_data=type("Batches", (tf.keras.utils.Sequence,), dict(
+        __len__=lambda self: 1, __getitem__=lambda self, i: (x, y)))()),
+     r"received Batches \(a Keras Sequence of batches\): pass its arrays as \(x, y\), or its batches as a Dataset"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=tf.data.Dataset.from_tensor_slices(
         {"image": x, "label": y})),
      r"^train_data: a Dataset of \(image, label\) pairs is needed, received dicts \('image', 'label'\): "

@@ -141,7 +141,10 @@ def _shown_by(data) -> dict:
     import numpy as np
 
     if isinstance(data, (tuple, list)) and len(data) == 2:
-        y = np.asarray(data[1])
+        try:
+            y = np.asarray(data[1])
+        except ValueError:  # labels of uneven shapes, or two (image, label) pairs: named by the data's check
+            return {}
         shown = {"num_classes": int(y.max()) + 1 if y.size and np.issubdtype(y.dtype, np.integer) else None}
         try:
             x_shape = np.shape(data[0])

@@ -20,6 +20,7 @@ not bit for bit. Evaluation takes each example exactly once over all ranks, with
 """
 from __future__ import annotations
 
+import collections.abc
 import os
 
 import numpy as np
@@ -89,12 +90,17 @@ def check(data, what: str = "train_data", num_classes: int | None = None):
         raise ValueError(f"{what}: {os.fspath(data)!r} is a path, not data: pass the Dataset of a folder of class "
                          f"folders, tf.keras.utils.image_dataset_from_directory({os.fspath(data)!r}), or convert it "
                          f"to TFRecords (python -m imagenet_prep.build_tfrecords --train_dir ...) and pass data_dir")
-    if not (isinstance(data, (tuple, list)) and len(data) == 2):
+    if not (isinstance(data, (tuple, list)) and len(data) == 2) or _pairs(data):
         raise ValueError(f"{what}: pass (x, y) arrays or a tf.data.Dataset of (image, label), received "
-                         f"{type(data).__name__}")
+                         f"{type(data).__name__}{_kind_advice(data)}")
     if isinstance(data[0], (list, tuple)) and len({np.shape(image) for image in data[0]}) > 1:
         return _one_by_one(data[0], data[1], what, num_classes)
-    x, y = np.asarray(data[0]), np.asarray(data[1])
+    try:
+        y = np.asarray(data[1])
+    except ValueError:
+        raise ValueError(f"{what}: y must be [count] integer labels, one class number per image; received labels "
+                         f"of uneven shapes") from None
+    x = np.asarray(data[0])
     if x.ndim == 3 and x.shape[-1] in (1, 3):  # grayscale images 1 or 3 pixels wide are none
         raise ValueError(f"{what}: x of shape {x.shape} is one image, not a batch of them: pass x[None] for one "
                          f"([count, height, width, 3])")
@@ -120,6 +126,29 @@ def check(data, what: str = "train_data", num_classes: int | None = None):
     if len(x) and num_classes is not None and y.max() >= num_classes:
         raise ValueError(f"{what}: label {int(y.max())} is not a 0-based class below num_classes {num_classes}")
     return x, y
+
+
+def _pairs(data) -> bool:
+    """Whether `data` is a list of (image, label) pairs (a list of two of them looks like (x, y) otherwise)."""
+    return (isinstance(data, (tuple, list)) and len(data) > 0
+            and all(isinstance(item, (tuple, list)) and len(item) == 2 and np.ndim(item[1]) == 0 for item in data))
+
+
+def _kind_advice(data) -> str:
+    """The way from other common holders of images and labels to (x, y) or a Dataset."""
+    if _pairs(data):
+        return " of (image, label) pairs: pass tuple(zip(*pairs)), their images and their labels"
+    if isinstance(data, dict) and len(data) == 2:
+        image, label = list(data)
+        return f" of {image!r} and {label!r}: pass (data[{image!r}], data[{label!r}])"
+    if isinstance(data, tf.keras.utils.Sequence):
+        return (" (a Keras Sequence of batches): pass its arrays as (x, y), or its batches as a Dataset, "
+                "tf.data.Dataset.from_generator(lambda: (data[i] for i in range(len(data))), output_signature=...)"
+                ".unbatch()")
+    if isinstance(data, collections.abc.Iterator):  # a generator: read once, where training reads every epoch
+        return (" (an iterator, which can be read only once): pass tf.data.Dataset.from_generator(a function that "
+                "makes it, output_signature=(tf.TensorSpec([None, None, 3], tf.uint8), tf.TensorSpec([], tf.int64)))")
+    return ""
 
 
 def _one_by_one(images, labels, what: str, num_classes: int | None) -> tf.data.Dataset:
