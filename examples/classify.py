@@ -3,8 +3,8 @@
     python examples/classify.py --saved_model runs/rn50/saved_model image1.jpg [image2.png ... photos/]
 
 A folder stands for its image files (by name: .jpg, .png, ...; hidden files left out). Prints the top 5 classes
-of each image, with names from the labels.txt saved beside the model. A file that is no
-image, or a damaged one, is named on stderr, the others are still classified, and the exit status is 1.
+of each image, with names from the labels.txt saved beside the model. A file that is no image, or a damaged one,
+is named on stderr, the others are still classified, and the exit status is 1.
 """
 import argparse
 import os
