@@ -154,3 +154,14 @@ def test_readme_links_lead_to_files_and_the_site_lists_every_page():
     assert listed == pages, f"mkdocs.yml's nav and docs/ differ: {sorted(listed ^ pages)}"
     for name in ("LICENSE", "CHANGELOG.md"):
         assert os.path.getsize(os.path.join(REPO, name)) > 1000
+
+
+def test_the_install_page_lists_every_horovod_patch_in_one_table():
+    """docs/install.md's table of the patch set has a row per file of patches/horovod-*/, in their order, and no
+    blank line within it (Markdown would end the table there and print the rows after it as text)."""
+    [patch_dir] = [os.path.join(REPO, "patches", n) for n in os.listdir(os.path.join(REPO, "patches"))
+                   if n.startswith("horovod-")]
+    patches = sorted(n[:-len(".patch")] for n in os.listdir(patch_dir) if n.endswith(".patch"))
+    table = read(os.path.join("docs", "install.md")).split("| patch | needed by | what it fixes |\n", 1)[1]
+    table = table.split("\n\n", 1)[0]  # the table ends at its first blank line
+    assert re.findall(r"^\| (\d\d-[\w-]+) \|", table, flags=re.M) == patches

@@ -1,6 +1,7 @@
 """tfcnn's patches to horovodrun (patches/horovod-0.28.1/), checked on the code they change. The builds'
 patches are checked by every multi-process test, which needs the built and patched Horovod to run."""
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -48,7 +49,8 @@ def test_horovodruns_build_check_asks_the_library_without_tensorflow():
 def test_horovodrun_exits_with_the_status_every_worker_exited_with(tmp_path):
     """Patch 12: horovodrun (Gloo) exits 75 when both workers do (a clean stop), 1 when they differ. The
     workers behave as tfcnn's do after a stop: they ignore SIGTERM (horovodrun sends it to the others once
-    one has exited) and leave only when both are up (a file each in tmp_path)."""
+    one has exited) and leave only when both are up (a file each in tmp_path). Patch 17: nothing of the
+    TensorFlow libraries its build check loads reaches horovodrun's output (2.21's start-up lines did)."""
     import os
 
     horovodrun = [os.path.join(os.path.dirname(sys.executable), "horovodrun"), "--gloo", "-np", "2", "-H",
@@ -63,6 +65,7 @@ def test_horovodrun_exits_with_the_status_every_worker_exited_with(tmp_path):
         done = subprocess.run(horovodrun + [sys.executable, "-c", worker.replace("{both}", both)],
                               capture_output=True, text=True, timeout=120, cwd=run_dir)
         assert done.returncode == status, done.stdout[-2000:] + done.stderr[-2000:]
+        assert not re.search("absl::InitializeLog|oneDNN custom operations", done.stdout + done.stderr), done.stderr
     assert "every process exited with status" not in done.stdout + done.stderr  # a mix: Horovod's own message
 
 
