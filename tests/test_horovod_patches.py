@@ -1,6 +1,7 @@
 """tfcnn's patches to horovodrun (patches/horovod-0.28.1/), checked on the code they change. The builds'
 patches are checked by every multi-process test, which needs the built and patched Horovod to run."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -51,8 +52,6 @@ def test_horovodrun_exits_with_the_status_every_worker_exited_with(tmp_path):
     workers behave as tfcnn's do after a stop: they ignore SIGTERM (horovodrun sends it to the others once
     one has exited) and leave only when both are up (a file each in tmp_path). Patch 17: nothing of the
     TensorFlow libraries its build check loads reaches horovodrun's output (2.21's start-up lines did)."""
-    import os
-
     horovodrun = [os.path.join(os.path.dirname(sys.executable), "horovodrun"), "--gloo", "-np", "2", "-H",
                   "localhost:2"]
     worker = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
