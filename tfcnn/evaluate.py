@@ -214,10 +214,12 @@ def main(argv=None):
     except (ValueError, RuntimeError) as error:
         sys.exit(f"tfcnn.evaluate: error: {error}")
     from tfcnn import distributed
+    from tfcnn.metrics import top5_text
 
     if distributed.is_chief():
         print(f"{'model':<22}{'images':>8}{'top-1':>9}{'top-5':>9}")
-        print(f"{result.model:<22}{result.count:>8}{100 * result.top1:>8.2f}%{100 * result.top5:>8.2f}%")
+        top5 = top5_text(result.top5, result.num_classes) or "-"  # "-": 5 classes or fewer
+        print(f"{result.model:<22}{result.count:>8}{100 * result.top1:>8.2f}%{top5:>9}")
         if args.output:
             from tfcnn.fileio import atomic_write_text
 

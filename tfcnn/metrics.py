@@ -41,3 +41,9 @@ def accuracy(counts: dict) -> dict:
     n = counts["count"]
     return {**counts, "top1": counts["top1_correct"] / n if n else 0.0,
             "top5": counts["top5_correct"] / n if n else 0.0}
+
+
+def top5_text(top5: float, num_classes: int) -> str | None:
+    """Top-5 as printed, or None where it says nothing: with 5 classes or fewer every label is among an image's
+    top 5, so it is 100% whatever the model (the results and logs keep the number)."""
+    return f"{100 * top5:.2f}%" if num_classes > 5 else None

@@ -12,7 +12,7 @@ import os
 
 import tensorflow as tf
 
-from tfcnn import checkpoints, distributed
+from tfcnn import checkpoints, distributed, metrics
 from tfcnn.data import memory
 from tfcnn.fileio import atomic_write_text
 from tfcnn.precision import startup_notes
@@ -192,7 +192,9 @@ def _print_summary(s: dict):
         lines.append(f"  final loss {s['final']['loss']:.4f}, top1 {100 * s['final']['top1']:.2f}% (training batches)")
     if "validation" in s:
         v = s["validation"]
-        lines.append(f"  validation: top1 {100 * v['top1']:.2f}%, top5 {100 * v['top5']:.2f}% over {v['count']} images")
+        top5 = metrics.top5_text(v["top5"], s["config"]["num_classes"])
+        lines.append(f"  validation: top1 {100 * v['top1']:.2f}%{f', top5 {top5}' if top5 else ''} over {v['count']} "
+                     f"images")
     log_dir = s["config"]["log_dir"]
     if log_dir:
         lines.append(f"  logs: {log_dir} ({METRICS_FILE}, tensorboard/, {CONFIG_FILE}); checkpoints: {s['checkpoints']}")

@@ -14,7 +14,7 @@ import os
 
 import tensorflow as tf
 
-from tfcnn import distributed
+from tfcnn import distributed, metrics
 from tfcnn.training.callbacks import METRICS_FILE
 from tfcnn.training.plan import Plan
 from tfcnn.training.trainer import predict
@@ -65,8 +65,9 @@ class Validator(tf.keras.callbacks.Callback):
         return record
 
     def _emit(self, record):
-        print(f"validation at step {record['step']} (epoch {record['epoch']:.2f}): top1 {100 * record['top1']:.2f}%, "
-              f"top5 {100 * record['top5']:.2f}% over {record['count']} images", flush=True)
+        top5 = metrics.top5_text(record["top5"], self.plan.num_classes)
+        print(f"validation at step {record['step']} (epoch {record['epoch']:.2f}): top1 {100 * record['top1']:.2f}%"
+              f"{f', top5 {top5}' if top5 else ''} over {record['count']} images", flush=True)
         if self.metrics_path:
             logged = {"step": record["step"], "epoch": record["epoch"], "val_top1": record["top1"],
                       "val_top5": record["top5"], "val_count": record["count"]}
