@@ -15,6 +15,7 @@ import tensorflow as tf
 # The formats the signature's decoder (tf.io.decode_image) reads, by their first bytes: a file that is none of them
 # is named before TensorFlow's decoder fails on it (which also logs a C++ warning)
 IMAGE_STARTS = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM")
+# The same formats by file name, for a folder's files (tfcnn's own list has TIFF too, which this decoder cannot read)
 IMAGE_NAMES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
 

@@ -16,7 +16,7 @@ from tfcnn.data import pipeline
 from tfcnn.data.preprocessing import normalize_batch
 from tfcnn.models import create_model, model_info
 from tfcnn import checkpoints
-from tfcnn.metrics import top5_text
+from tfcnn.metrics import scores_text, top5_text
 
 from launchers import HOROVODRUN_GLOO, run_without_tensorflow
 from testnet import WITH_TESTNET
@@ -82,6 +82,10 @@ def test_evaluation_counts_equal_the_hand_computed_reference(eval_setup, tmp_pat
     assert re.search(rf"resnet18 +11 +{100 * result['top1']:.2f}% +{100 * result['top5']:.2f}%$", out, re.M), out
     # with 5 classes or fewer top-5 is 100% whatever the model: "-" in the table
     assert top5_text(result["top5"], NUM_CLASSES) == f"{100 * result['top5']:.2f}%" and top5_text(1.0, 5) is None
+    # and training's validation lines: the same choice
+    scores = {"top1": 0.5, "top5": 0.75, "count": 8}
+    assert scores_text(scores, 10) == "top1 50.00%, top5 75.00% over 8 images"
+    assert scores_text(scores, 5) == "top1 50.00% over 8 images"
 
 
 def evaluate_main(data_dir, checkpoint, output):

@@ -47,3 +47,9 @@ def top5_text(top5: float, num_classes: int) -> str | None:
     """Top-5 as printed, or None where it says nothing: with 5 classes or fewer every label is among an image's
     top 5, so it is 100% whatever the model (the results and logs keep the number)."""
     return f"{100 * top5:.2f}%" if num_classes > 5 else None
+
+
+def scores_text(scores: dict, num_classes: int) -> str:
+    """'top1 X%, top5 Y% over N images' (top-5 left out where top5_text has none), as training's validation prints."""
+    top5 = top5_text(scores["top5"], num_classes)
+    return f"top1 {100 * scores['top1']:.2f}%{f', top5 {top5}' if top5 else ''} over {scores['count']} images"

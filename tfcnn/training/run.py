@@ -191,10 +191,7 @@ def _print_summary(s: dict):
     if s["final"]:
         lines.append(f"  final loss {s['final']['loss']:.4f}, top1 {100 * s['final']['top1']:.2f}% (training batches)")
     if "validation" in s:
-        v = s["validation"]
-        top5 = metrics.top5_text(v["top5"], s["config"]["num_classes"])
-        lines.append(f"  validation: top1 {100 * v['top1']:.2f}%{f', top5 {top5}' if top5 else ''} over {v['count']} "
-                     f"images")
+        lines.append(f"  validation: {metrics.scores_text(s['validation'], s['config']['num_classes'])}")
     log_dir = s["config"]["log_dir"]
     if log_dir:
         lines.append(f"  logs: {log_dir} ({METRICS_FILE}, tensorboard/, {CONFIG_FILE}); checkpoints: {s['checkpoints']}")

@@ -65,9 +65,8 @@ class Validator(tf.keras.callbacks.Callback):
         return record
 
     def _emit(self, record):
-        top5 = metrics.top5_text(record["top5"], self.plan.num_classes)
-        print(f"validation at step {record['step']} (epoch {record['epoch']:.2f}): top1 {100 * record['top1']:.2f}%"
-              f"{f', top5 {top5}' if top5 else ''} over {record['count']} images", flush=True)
+        print(f"validation at step {record['step']} (epoch {record['epoch']:.2f}): "
+              f"{metrics.scores_text(record, self.plan.num_classes)}", flush=True)
         if self.metrics_path:
             logged = {"step": record["step"], "epoch": record["epoch"], "val_top1": record["top1"],
                       "val_top5": record["top5"], "val_count": record["count"]}
