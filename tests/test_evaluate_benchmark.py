@@ -107,6 +107,13 @@ def test_evaluation_errors(eval_setup, tmp_path):
     no_val = evaluate_main(str(tmp_path), checkpoint, tmp_path / "x.json")
     assert no_val.startswith("tfcnn.evaluate: error: ") and "no validation shards in --data_dir" in no_val
     assert not (tmp_path / "x.json").exists()
+    # a mistyped log directory is named, before the data it would have given are asked for
+    from tfcnn import evaluate
+
+    with pytest.raises(SystemExit) as exit:
+        evaluate.main([f"--log_dir={tmp_path / 'typo'}"])
+    assert str(exit.value.code) == f"tfcnn.evaluate: error: {tmp_path / 'typo'}: no such file or directory (a weights " \
+        "name or a timm / torchvision file needs model=NAME, --model)"
 
 
 def test_bad_flags_are_refused_before_tensorflow_loads():

@@ -61,6 +61,19 @@ def run_data_dir(source) -> str | None:
     return (previous_config(path) or {}).get("data_dir")
 
 
+def check_exists(source, model: str | None = None) -> None:
+    """Refuses a path source that names nothing, at once (before any data is looked for). Without model=NAME
+    it must be a file, a directory or a checkpoint prefix; with it, it may also be a weights name."""
+    from tfcnn import checkpoints
+
+    if model or not isinstance(source, (str, os.PathLike)):
+        return
+    path = os.fspath(source)
+    if not (os.path.exists(path) or checkpoints.is_checkpoint(path)):
+        raise ValueError(f"{path}: no such file or directory (a weights name or a timm / torchvision file needs "
+                         f"model=NAME, --model)")
+
+
 def _is_run_result(source) -> bool:
     return hasattr(source, "status") and hasattr(source, "summary")
 
@@ -115,9 +128,7 @@ def load_model(source, *, model: str | None = None, image_size: int | None = Non
         check_model(name)
     if is_saved_model(path):
         raise ValueError(f"{path} is a SavedModel export, not weights to build a model from")
-    if not name and not (os.path.exists(path) or checkpoints.is_checkpoint(path)):
-        raise ValueError(f"{path}: no such file or directory (a weights name or a timm / torchvision file needs "
-                         f"model=NAME, --model)")
+    check_exists(path, model)
     if not _is_reference(path):  # a tfcnn checkpoint names its model
         recorded = checkpoints.describe(tfcnn_checkpoint(path))
         if name and recorded.model and recorded.model != name:
