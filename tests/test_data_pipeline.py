@@ -190,6 +190,8 @@ def test_missing_shards_name_the_glob(tmp_path, raw_tree):
     with pytest.raises(pipeline.DataError, match=r"no train shards in --data_dir .*train-\?\?\?\?\?-of-\?\?\?\?\?; make "
                                                  r"them with `python -m imagenet_prep.build_tfrecords`$"):
         pipeline.build_dataset(str(tmp_path), "train", 4, 32)
+    with pytest.raises(pipeline.DataError, match=r"^--data_dir \S+typo: no such directory$"):
+        pipeline.list_shards(str(tmp_path / "typo"), "validation")
     # images where records belong (a user's first try): the conversion that makes them, of its splits' folders
     advice = "holds folders of images, not TFRecords: convert them first, `python -m imagenet_prep.build_tfrecords"
     for data_dir, split, flags in (

@@ -42,6 +42,8 @@ def list_shards(data_dir: str, split: str) -> list[str]:
     pattern = os.path.join(data_dir, records.shard_pattern(split))
     files = sorted(tf.io.gfile.glob(pattern))
     if not files:
+        if not tf.io.gfile.isdir(data_dir):  # a mistyped path, named as such rather than as missing shards
+            raise DataError(f"--data_dir {data_dir}: no such directory")
         only_train = split == "validation" and tf.io.gfile.glob(os.path.join(data_dir, records.shard_pattern("train")))
         raise DataError(f"no {split} shards in --data_dir {data_dir}: nothing matches {pattern}; "
                         + (records.conversion_advice(data_dir) or (ADD_VALIDATION if only_train else None)
