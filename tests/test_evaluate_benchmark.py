@@ -231,7 +231,7 @@ def test_a_warmup_that_cannot_finish_gives_no_figure(monkeypatch):
     assert rows[0]["status"].startswith("could not finish") and "img_per_sec" not in rows[0]
 
 
-def test_plots_are_written(tmp_path):
+def test_plots_are_written(tmp_path, monkeypatch):
     benchmark = {"mode": "inference", "precision": "fp32", "device": "test CPU", "results": [
         {"model": m, "batch_size": b, "status": "ok", "img_per_sec": 10.0 * b / k, "latency_ms_p50": 5.0 * b * k}
         for k, m in enumerate(("resnet18", "resnet50"), start=1) for b in (1, 2, 4)]}
@@ -267,3 +267,11 @@ def test_plots_are_written(tmp_path):
     with pytest.raises(SystemExit) as bad:
         plots.main([f"--log_dir={tmp_path}", f"--output_dir={tmp_path}"])
     assert f"--log_dir {tmp_path} holds no metrics.jsonl: name a training run's --log_dir" in str(bad.value.code)
+    # a run that logged one step is drawn as a point in each chart (a line through one point is invisible)
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 3, "epoch": 1.0, "loss": 0.7, "top1": 0.3, "lr": 0.001}))
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda figure, *_: figures.append(figure) or [])
+    plots.make_plots(str(tmp_path), log_dirs=[str(run)], log=lambda *_: None)
+    lines = [line for ax in figures[0].axes for line in ax.get_lines()]
+    assert [len(line.get_xdata()) for line in lines] == [1, 1, 0, 1]  # loss, top-1, no validation, rate
+    assert all(line.get_marker() == "o" for line in lines if len(line.get_xdata()))

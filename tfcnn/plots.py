@@ -73,11 +73,13 @@ def plot_training_curves(runs, output_dir):
     for index, run in enumerate(runs):
         color, train = matplotlib.colormaps["tab10"](index % 10), run["train"]
         epochs = [r["epoch"] for r in train]
-        loss_ax.plot(epochs, [r["loss"] for r in train], color=color, label=run["label"])
-        top1_ax.plot(epochs, [100 * r["top1"] for r in train], color=color)
+        # a run that logged one step (display_every past its end) is a point: a line through one point draws nothing
+        style = dict(color=color, **(dict(marker="o", markersize=4) if len(train) == 1 else {}))
+        loss_ax.plot(epochs, [r["loss"] for r in train], label=run["label"], **style)
+        top1_ax.plot(epochs, [100 * r["top1"] for r in train], **style)
         top1_ax.plot([r["epoch"] for r in run["validation"]], [100 * r["val_top1"] for r in run["validation"]],
                      color=color, linestyle="--", marker="o", markersize=4)
-        lr_ax.plot(epochs, [r["lr"] for r in train], color=color)
+        lr_ax.plot(epochs, [r["lr"] for r in train], **style)
     for ax, label in ((loss_ax, "training loss"), (top1_ax, "top-1 (%)"), (lr_ax, "learning rate")):
         ax.set_xlabel("epoch")
         ax.set_ylabel(label)
