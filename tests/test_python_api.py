@@ -307,6 +307,42 @@ def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
     assert sorted(map(bytes, batch)) == sorted(map(bytes, x))
 
 
+def test_a_class_folder_datasets_names_reach_its_exports_and_predictions(testnet, tmp_path, capsys):
+    """Keras' image_dataset_from_directory names its classes (`class_names`, the folders'): the run writes them to
+    its log_dir's labels.txt, its exports carry them, and predictions are named by them, as for records."""
+    from PIL import Image
+
+    from tfcnn import predict
+
+    rng = np.random.default_rng(3)
+    for name in ("cats", "dogs"):
+        (tmp_path / "photos" / name).mkdir(parents=True)
+        for i in range(8):
+            Image.fromarray(rng.integers(0, 256, (36, 40, 3), np.uint8)).save(tmp_path / "photos" / name / f"{i}.jpg")
+    photos = tf.keras.utils.image_dataset_from_directory(str(tmp_path / "photos"), image_size=(32, 32), batch_size=8,
+                                                         seed=0)
+    run, labels = tmp_path / "run", "cats\tcats\ndogs\tdogs\n"
+    result = tfcnn.train(model="testnet", train_data=photos, num_iter=1, batch_size=8, warmup_epochs=0,
+                         log_dir=str(run), export_dir=str(tmp_path / "at_the_end"))
+    assert result.summary["config"]["num_classes"] == 2 and (run / "labels.txt").read_text() == labels
+    shown = capsys.readouterr().out
+    assert f"logs: {run} (metrics.jsonl, tensorboard/, config.json, labels.txt); checkpoints: " in shown
+    assert (tmp_path / "at_the_end" / "labels.txt").read_text() == labels
+    for source, name in ((str(run), "from_log_dir"), (result, "from_result"), (result.checkpoint, "from_checkpoint")):
+        tfcnn.export(source, str(tmp_path / name), log=quiet)
+        assert (tmp_path / name / "labels.txt").read_text() == labels, name
+        assert predict.class_names(source, None, 2) == ["cats", "dogs"], name
+    # names that do not name each class once are left out, saying so
+    photos.class_names = ["cats", "dogs", "birds"]
+    capsys.readouterr()
+    tfcnn.train(model="testnet", train_data=photos, num_iter=1, batch_size=8, warmup_epochs=0,
+                log_dir=str(tmp_path / "other"))
+    assert "tfcnn: the data's class_names are left out: they do not name each of its 2 classes once (one line " \
+        "each): ['cats', 'dogs', 'birds']" in capsys.readouterr().out
+    assert not (tmp_path / "other" / "labels.txt").exists() and predict.class_names(str(tmp_path / "other"), None,
+                                                                                    2) is None
+
+
 def test_grayscale_images_are_their_grey_in_rgb():
     """[N, H, W] and [N, H, W, 1] arrays, and Datasets of [H, W] and of batched [B, H, W, 1] images, give the
     batches of the same images drawn in RGB (the grey repeated over R, G and B), in training and evaluation."""
@@ -433,7 +469,8 @@ def test_a_list_of_images_of_different_sizes_is_read_as_a_dataset_of_them(testne
      r"Dataset of a folder of class folders, tf.keras.utils.image_dataset_from_directory\('\S+/scripts'\), or convert"),
     (lambda x, y: tfcnn.train(model="testnet", train_data=(x, y), bogus=1), "unknown training option 'bogus'"),
     (lambda x, y: tfcnn.evaluate("/no/such/run", data=(x, y)), "/no/such/run: no such file or directory"),
-    (lambda x, y: tfcnn.evaluate("/no/such/run"), "needs data_dir .* or data"),
+    (lambda x, y: tfcnn.evaluate("/no/such/run"), "^/no/such/run: no such file or directory"),  # not "needs data"
+    (lambda x, y: tfcnn.evaluate(SCRIPTS), "needs data_dir .* or data"),
     (lambda x, y: tfcnn.export("/tmp", "/tmp/x", format="tflite"), "format must be one of saved_model, onnx"),
     (lambda x, y: tfcnn.export("/no/such/run", SCRIPTS),
      r"output_dir \S+/scripts holds other files \(\S+ and \d+ more\) and no tfcnn export \(tfcnn.json\): an export "

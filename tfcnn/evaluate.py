@@ -110,10 +110,10 @@ def evaluate(source, *, data_dir: str | None = None, data=None, model: str | Non
 
     if data_dir is not None and data is not None:
         raise ValueError("evaluate takes data_dir (validation records) or data (in memory), not both")
-    sources.check_exists(source, model)  # a mistyped --log_dir is named as such, not as missing data
     runs_dataset = sources.run_data_dir(source) if data_dir is None and data is None else None
     data_dir = data_dir or runs_dataset
     if data_dir is None and data is None:
+        sources.check_exists(source, model)  # a mistyped --log_dir is named as such, not as missing data
         raise ValueError("evaluate needs data_dir (validation records) or data (in memory): only a training run "
                          "that read records gives its own (its log directory, a checkpoint in it, or its RunResult)")
     if precision not in EVAL_PRECISIONS:

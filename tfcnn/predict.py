@@ -12,8 +12,8 @@ config (resized and centre-cropped to the input size, unless already that size) 
 model (create_model(...), RunResult.model) takes normalized images, not pixels: calling it on pixels gives other
 classes (it warns); this is the call that takes pixels. Under horovodrun each rank predicts every image.
 
-The command line prints each file's most likely classes, named by the labels.txt of the run's dataset (or of
-the SavedModel, or --labels); a folder given stands for its image files, by name:
+The command line prints each file's most likely classes, named by the labels.txt of the run's dataset or log
+directory (or of the SavedModel, or --labels); a folder given stands for its image files, by name:
 
     python -m tfcnn.predict --log_dir runs/flowers photo1.jpg photo2.png holiday/
     python -m tfcnn.predict --saved_model exported/rn50 --top 3 photo.jpg
@@ -127,13 +127,13 @@ def _decoded(items, start: int, count: int, view):
 
 
 def class_names(source, labels: str | None, num_classes: int) -> list[str] | None:
-    """The classes' names: from `labels` (a labels.txt), or the labels.txt of the run's dataset or beside a
-    SavedModel; None when there is none, or it names another number of classes."""
+    """The classes' names: from `labels` (a labels.txt), or the labels.txt of the run (sources.run_labels_dir) or
+    beside a SavedModel; None when there is none, or it names another number of classes."""
     from tfcnn import sources
     from tfcnn.data import records
 
     if labels is None:
-        folder = sources.run_data_dir(source) or (os.fspath(source) if isinstance(source, (str, os.PathLike)) and
+        folder = sources.run_labels_dir(source) or (os.fspath(source) if isinstance(source, (str, os.PathLike)) and
                                                   os.path.isdir(source) else None)
         labels = os.path.join(folder, records.LABELS_FILE) if folder else None
     rows = records.read_labels_file(labels) if labels else None
@@ -148,7 +148,7 @@ def parse_args(argv=None):
                                                   "folders of them")
     parser.add_argument("--model", help="model name (default: what the checkpoint or SavedModel records)")
     add_weight_sources(parser, "a SavedModel exported by training (--export_dir), tfcnn.convert or tfcnn.export")
-    parser.add_argument("--labels", help="a labels.txt naming the classes (default: the run's dataset's, or the "
+    parser.add_argument("--labels", help="a labels.txt naming the classes (default: the run's, or the "
                                          "SavedModel's)")
     parser.add_argument("--top", type=int, default=5, help="classes shown for each image")
     parser.add_argument("--batch_size", type=int, default=32)

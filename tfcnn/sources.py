@@ -43,12 +43,31 @@ def describe(source) -> str:
 def run_data_dir(source) -> str | None:
     """The dataset a training run read, from its config.json: a RunResult's, a log directory's, or that of the
     run whose log directory holds a checkpoint given by path (LOG/checkpoints/ckpt-N, or LOG/checkpoints). Its
-    validation split is what evaluate scores without a data_dir, its labels.txt what an export carries. None
-    for any other source, or a run trained on arrays in memory."""
+    validation split is what evaluate scores without a data_dir. None for any other source, or a run trained on
+    data in memory."""
+    return _run_config(source).get("data_dir")
+
+
+def run_labels_dir(source) -> str | None:
+    """The folder whose labels.txt names a training run's classes: the dataset it read, or for a run on a
+    Dataset in memory that had class_names (Keras' image_dataset_from_directory), its log directory, where
+    training wrote them. None for any other source."""
+    from tfcnn.data.records import LABELS_FILE
+
+    config = _run_config(source)
+    log_dir = config.get("log_dir")
+    if config.get("data_dir") or not log_dir or not os.path.isfile(os.path.join(log_dir, LABELS_FILE)):
+        return config.get("data_dir")
+    return log_dir
+
+
+def _run_config(source) -> dict:
+    """The config of the training run `source` is (a RunResult) or names (its log directory, a checkpoint in
+    it or their folder), else {}."""
     if _is_run_result(source):
-        return (source.summary.get("config") or {}).get("data_dir")
+        return source.summary.get("config") or {}
     if not isinstance(source, (str, os.PathLike)):
-        return None
+        return {}
     from tfcnn.checkpoints import CHECKPOINT_SUBDIR
     from tfcnn.training.plan import previous_config
 
@@ -56,9 +75,9 @@ def run_data_dir(source) -> str | None:
     if not os.path.isdir(path) or os.path.basename(path) == CHECKPOINT_SUBDIR:  # a checkpoint, or their folder
         folder = path if os.path.basename(path) == CHECKPOINT_SUBDIR else os.path.dirname(path)
         if os.path.basename(folder) != CHECKPOINT_SUBDIR:
-            return None
+            return {}
         path = os.path.dirname(folder)  # the run's log directory
-    return (previous_config(path) or {}).get("data_dir")
+    return {**(previous_config(path) or {}), "log_dir": path}  # where it is now
 
 
 def check_exists(source, model: str | None = None) -> None:

@@ -94,6 +94,8 @@ def train(config_or_recipe: TrainConfig | str | None = None, *, train_data=None,
       validation_every-th epoch and after training, each example once over all ranks.
       num_classes and image_size default to what the data show (the largest label + 1, of val_data's arrays too,
       of a training Dataset read as it is counted; the images' size when square, of a Dataset when static).
+      A Dataset's class_names (Keras' image_dataset_from_directory sets them) go to log_dir's labels.txt, which
+      exports and tfcnn.predict name the classes by.
       Resuming (the same log_dir) continues the exact batch stream for the same arrays, or for a Dataset
       that yields the same examples in the same order each time (see tfcnn.data.memory).
     callbacks: tf.keras (Keras 2) callbacks, or one alone, run after tfcnn's own at every step; their

@@ -13,7 +13,7 @@ import os
 import tensorflow as tf
 
 from tfcnn import checkpoints, distributed, metrics
-from tfcnn.data import memory
+from tfcnn.data import memory, records
 from tfcnn.fileio import atomic_write_text
 from tfcnn.precision import startup_notes
 from tfcnn.training.callbacks import METRICS_FILE
@@ -99,9 +99,12 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
             f"another --log_dir to start a new run")
         return {"complete": True, "start_step": plan.start_step, "total_steps": plan.total_steps,
                 "config": dataclasses.asdict(config)}  # its log_dir: the result names the run's checkpoint
+    names = class_names(train_data, plan.num_classes, log)
     if chief and config.log_dir:
         os.makedirs(config.log_dir, exist_ok=True)
         atomic_write_text(os.path.join(config.log_dir, CONFIG_FILE), config.to_json())
+        if names:  # what export and predict name the classes by (tfcnn.sources.run_labels_dir)
+            records.write_labels(config.log_dir, [(name, name) for name in names])
     if chief:
         _print_start(plan, f"{epoch_images:,} examples in memory" if given else None)
     validator = None
@@ -138,7 +141,8 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
         if config.export_dir and chief:
             from tfcnn.training.export import export_saved_model
 
-            summary["saved_model"] = export_saved_model(model, config.export_dir, config.data_dir, log)
+            labels_dir = config.data_dir or (config.log_dir if names else None)
+            summary["saved_model"] = export_saved_model(model, config.export_dir, labels_dir, log)
         if config.predict and chief and validator is None:
             summary["validation"] = predict(trainer, plan)
     if validator is not None:  # every rank counts its share (the last step's validation, when it made one)
@@ -147,6 +151,20 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
         summary["checkpoints"] = checkpoints.checkpoint_dir(config.log_dir) if config.log_dir else None
         _print_summary(summary)
     return summary
+
+
+def class_names(data, num_classes: int, log) -> list[str] | None:
+    """The class names a Dataset in memory carries (`class_names`, which Keras' image_dataset_from_directory
+    sets), when they name each of the run's classes once; a log line says why others are left out."""
+    names = getattr(data, "class_names", None)
+    if names is None:
+        return None
+    if (not isinstance(names, (list, tuple)) or len(names) != num_classes or len(set(names)) != len(names)
+            or not all(isinstance(name, str) and name.strip() and not set(name) & set("\t\n") for name in names)):
+        log(f"tfcnn: the data's class_names are left out: they do not name each of its {num_classes} classes "
+            f"once (one line each): {names!r:.200}")
+        return None
+    return list(names)
 
 
 def _print_start(plan: Plan, given_data: str | None):
@@ -194,7 +212,9 @@ def _print_summary(s: dict):
         lines.append(f"  validation: {metrics.scores_text(s['validation'], s['config']['num_classes'])}")
     log_dir = s["config"]["log_dir"]
     if log_dir:
-        lines.append(f"  logs: {log_dir} ({METRICS_FILE}, tensorboard/, {CONFIG_FILE}); checkpoints: {s['checkpoints']}")
+        named = f", {records.LABELS_FILE}" if os.path.isfile(os.path.join(log_dir, records.LABELS_FILE)) else ""
+        lines.append(f"  logs: {log_dir} ({METRICS_FILE}, tensorboard/, {CONFIG_FILE}{named}); checkpoints: "
+                     f"{s['checkpoints']}")
     if "saved_model" in s:
         lines.append(f"  SavedModel: {s['saved_model']}")
     print("\n".join(lines), flush=True)
