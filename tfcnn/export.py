@@ -41,9 +41,9 @@ def export(source, output_dir: str, *, format: str = "saved_model", model: str |
     """Writes the export of `source` (a path, zoo model or RunResult: tfcnn.sources; for format 'onnx' also a
     tfcnn SavedModel export) to output_dir, which appears only when complete; returns its path.
     format: saved_model or onnx. data_dir: the dataset whose labels.txt goes beside the export (default, for a
-    training log directory or its RunResult: the run's own data_dir, where its labels.txt still is, or the log
-    directory's labels.txt of a run on a Dataset that named its classes), and whose
-    train shards int8 calibrates on (calibration_images of them, for int8_target tensorrt or cpu)."""
+    training log directory or its RunResult: the run's own data_dir, where its labels.txt still is, or for a
+    run on a Dataset that named its classes its log directory, where training wrote them), and whose train
+    shards int8 calibrates on (calibration_images of them, for int8_target tensorrt or cpu)."""
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, received: {format!r}")
     sources.check_export_dir(output_dir)  # before any weights are read

@@ -81,8 +81,8 @@ def _run_config(source) -> dict:
 
 
 def check_exists(source, model: str | None = None) -> None:
-    """Refuses a path source that names nothing, at once (before any data is looked for). Without model=NAME
-    it must be a file, a directory or a checkpoint prefix; with it, it may also be a weights name."""
+    """Refuses a path source that names nothing: without model=NAME it must be a file, a directory or a
+    checkpoint prefix; with it, it may also be a weights name."""
     from tfcnn import checkpoints
 
     if model or not isinstance(source, (str, os.PathLike)):
