@@ -55,10 +55,10 @@ def run_labels_dir(source) -> str | None:
     from tfcnn.data.records import LABELS_FILE
 
     config = _run_config(source)
+    if config.get("data_dir"):
+        return config["data_dir"]
     log_dir = config.get("log_dir")
-    if config.get("data_dir") or not log_dir or not os.path.isfile(os.path.join(log_dir, LABELS_FILE)):
-        return config.get("data_dir")
-    return log_dir
+    return log_dir if log_dir and os.path.isfile(os.path.join(log_dir, LABELS_FILE)) else None
 
 
 def _run_config(source) -> dict:
