@@ -587,8 +587,9 @@ COMMAND_LINES = ("tfcnn.train", "tfcnn.evaluate", "tfcnn.predict", "tfcnn.export
 def test_every_command_line_answers_help_before_tensorflow_loads():
     """--help at once, with status 0: TensorFlow (seconds to import; on a 2-core laptop under load up to ten)
     loads only for the work itself. A flag's prefix is refused, not taken for the flag (argparse's default:
-    `tfcnn.benchmark --output x.json` wrote a directory named x.json). Running them leaves matplotlib's backend
-    and settings as a notebook set them (tfcnn.plots draws without pyplot)."""
+    `tfcnn.benchmark --output x.json` wrote a directory named x.json), and the refusal names the flag it is
+    close to, as absl's does, before any flag it then lacks. Running them leaves matplotlib's backend and settings as a notebook set them
+    (tfcnn.plots draws without pyplot)."""
     code = ("import matplotlib, runpy, sys\n"
             "matplotlib.use('svg'); matplotlib.rcParams['svg.fonttype'] = 'path'\n"
             f"for name in {COMMAND_LINES!r}:\n"
@@ -602,6 +603,9 @@ def test_every_command_line_answers_help_before_tensorflow_loads():
     assert exits[::2] == [f"exit {name} --help 0" for name in COMMAND_LINES], errors[-2000:]
     absl = ("tfcnn.train", "imagenet_prep.build_tfrecords")  # absl's flags: status 1; argparse's errors: 2
     assert exits[1::2] == [f"exit {name} --hel {1 if name in absl else 2}" for name in COMMAND_LINES], errors[-3000:]
+    suggestions = (errors.count("Unknown command line flag 'hel'. Did you mean: help,"),
+                   errors.count("error: unrecognized argument: --hel (did you mean --help?)\n"))
+    assert suggestions == (len(absl), len(COMMAND_LINES) - len(absl)), errors[-3000:]
     assert sum(line.lstrip().startswith("--output_dir") for line in lines) >= 5  # flags were shown
     assert lines[-1] == "matplotlib svg path"
 

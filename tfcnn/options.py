@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import sys
 
 PRECISIONS = ("fp32", "fp16", "bf16", "fp64")
 EVAL_PRECISIONS = PRECISIONS[:3]  # evaluation: fp64 is only for proving training steps (tests/test_recipes.py)
@@ -163,12 +165,28 @@ def parse_signals(text) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """argparse's parser, naming the flag a mistyped one is close to, as absl's flags (tfcnn.train's) do, and
+    before the flag it then lacks: argparse itself says "unrecognized arguments: --log_dirs a b" for `tfcnn.plots
+    --log_dirs a b` (the Python keyword's spelling), and "--output_dir is required" for `--output-dir x`."""
+
+    def parse_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        flags = [name for name in self._option_string_actions if name.startswith("--")]
+        for arg in args[:args.index("--")] if "--" in args else args:  # after a bare --, values only
+            name = arg.split("=", 1)[0]
+            if name.startswith("--") and name not in self._option_string_actions:
+                close = difflib.get_close_matches(name, flags, n=1)
+                self.error(f"unrecognized argument: {arg}" + (f" (did you mean {close[0]}?)" if close else ""))
+        return super().parse_args(args, namespace)
+
+
 def command_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """A command line's parser: the description printed as written, and whole flag names only. argparse's
     default takes a flag's prefix for the flag (`--output x.json` for `--output_dir`, a directory named x.json),
     and a flag added later can change what a prefix means."""
-    return argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    return _CommandParser(prog=prog, description=description, allow_abbrev=False,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def add_weight_sources(parser, saved_model_help: str) -> None:
