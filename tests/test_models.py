@@ -344,6 +344,27 @@ def test_the_model_table_command(capsys):
     assert refused.value.code == 2 and "no model matches 'resnet5'; valid names: alexnet," in capsys.readouterr().err
 
 
+def test_the_profile_command(capsys):
+    """python -m tfcnn.profile: a row per model at the size asked (the counts at that size, the published GMACs
+    beside them); a size of 0 was taken for "the model's own" and printed 224's counts, an unknown name was a
+    traceback after the table's header."""
+    from tfcnn.profile import main, profile_model
+
+    main(["--models", "resnet18", "--image_size", "64"])
+    name, size, params, gmacs, published = capsys.readouterr().out.splitlines()[1].split()
+    assert (name, size, params, published) == ("resnet18", "64", f"{GOLDEN_PARAMS['resnet18']:,}", "1.814")
+    assert float(gmacs) == pytest.approx(GOLDEN_GMACS["resnet18"] * (64 / 224) ** 2, rel=0.05)  # 0.149 of 0.148
+    for argv, message in ((["--image_size", "0"], "--image_size must be a positive integer, received: 0"),
+                          (["--models", "resnet5"], "unknown model 'resnet5' (did you mean 'resnet50'"),
+                          (["--models", ","], "--models must name at least one model, or 'all'")):
+        with pytest.raises(SystemExit) as refused:
+            main(argv)
+        printed = capsys.readouterr()
+        assert message in f"{refused.value.code}{printed.err}" and not printed.out, (argv, printed)
+    with pytest.raises(ValueError, match="image_size must be a positive integer, received: 0"):
+        profile_model("resnet18", 0)
+
+
 def test_keras_3_is_refused_with_the_way_out(monkeypatch):
     """Under Keras 3 the zoo would build and train silently differently: importing it is refused instead."""
     from tfcnn.precision import require_keras_2

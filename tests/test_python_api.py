@@ -577,11 +577,12 @@ def test_python_m_tfcnn_train_works_outside_the_source_tree(tmp_path):
     assert not [line for line in printed if "oneDNN custom operations" in line or "absl::InitializeLog" in line]
 
 
-# Every command line but `python -m tfcnn.models` (the zoo's table is the zoo, which needs TensorFlow) and
-# examples/train.py (tfcnn.train's flags again: test_training checks it).
+# Every command line but `python -m tfcnn.models` (the zoo's table is the zoo, which needs TensorFlow),
+# `python -m tfcnn.data.bench` (a benchmark of tf.data pipelines, each built at its import) and examples/train.py
+# (tfcnn.train's flags again: test_training checks it).
 COMMAND_LINES = ("tfcnn.train", "tfcnn.evaluate", "tfcnn.predict", "tfcnn.export", "tfcnn.convert", "tfcnn.benchmark",
-                 "tfcnn.plots", "tfcnn.recipes", "tfcnn.data.dali_index", "imagenet_prep.build_tfrecords",
-                 "imagenet_prep.demo_dataset")
+                 "tfcnn.plots", "tfcnn.profile", "tfcnn.recipes", "tfcnn.data.dali_index",
+                 "imagenet_prep.build_tfrecords", "imagenet_prep.demo_dataset")
 
 
 def test_every_command_line_answers_help_before_tensorflow_loads():
