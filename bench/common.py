@@ -83,8 +83,10 @@ def step_rate(model, batch_size: int, mode: str, steps: int) -> tuple[float, flo
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                allow_abbrev=False)
+    """A bench script's flags, parsed as tfcnn's commands parse theirs (whole names, a mistyped one named)."""
+    from tfcnn.options import command_parser
+
+    p = command_parser(None, doc)  # prog: the script's file name
     p.add_argument("--output", help="write the figures as JSON here")
     return p
 

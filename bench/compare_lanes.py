@@ -7,14 +7,13 @@ Runs `VENV/bin/python bench/SCRIPT --output TMP ARGS` for each venv in turn, `--
 alternating between rounds (drift hits both lanes alike), and reports every figure of the script's
 results as the mean per lane and the ratio of the first lane to the second. Nothing runs in parallel.
 """
-import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
-from common import refuse, report
+from common import parser as common_parser, refuse, report
 
 SCRIPT = "bench/compare_lanes.py"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,12 +38,10 @@ def figures(result):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     allow_abbrev=False)
+    parser = common_parser(__doc__)
     parser.add_argument("--script", required=True, help="a bench/ script, e.g. train_step.py")
     parser.add_argument("--venvs", nargs=2, default=[".venv", ".venv-tf2.15"], help="the two lanes' venvs")
     parser.add_argument("--repeats", type=int, default=2, help="rounds; each runs every venv once")
-    parser.add_argument("--output", help="write the figures as JSON here")
     parser.add_argument("args", nargs="*", help="the script's own arguments (after --)")
     args = parser.parse_args()
     runs = {venv: [] for venv in args.venvs}
