@@ -2,7 +2,7 @@
 # Python 3.11, OpenMPI, and Horovod 0.28.1 compiled with NCCL against TensorFlow 2.21 with tfcnn's patches.
 #   docker build -t tfcnn .
 #   docker run --gpus all --ipc=host --ulimit memlock=-1 -v /data/imagenet/tfrecords:/data tfcnn \
-#       horovodrun -np 8 python -m tfcnn.train --model resnet50 --recipe resnet50_90e --precision fp16 --data_dir /data
+#       horovodrun -np 8 python -m tfcnn.train --recipe resnet50_90e --data_dir /data
 # The devel image brings nvcc, the CUDA headers and NCCL, which Horovod (and DALI's TensorFlow plugin) compile against.
 FROM nvidia/cuda:12.5.1-cudnn-devel-ubuntu22.04
 
