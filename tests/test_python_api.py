@@ -558,16 +558,20 @@ def test_python_m_tfcnn_train_works_outside_the_source_tree(tmp_path):
         shown = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
         assert shown.returncode == 0 and "--" in shown.stdout, (tool, shown.stderr[-2000:])
     located = subprocess.run([sys.executable, "-c", "import gc, sys, tfcnn; print(tfcnn.__file__); "
-                              "print('tensorflow' in sys.modules, gc.get_freeze_count()); import tensorflow as tf; "
-                              "print(gc.get_freeze_count(), len(gc.get_objects())); "
+                              "print('tensorflow' in sys.modules, gc.get_freeze_count()); "
+                              "collections = []; gc.callbacks.append(lambda phase, _: collections.append(phase)); "
+                              "import tensorflow as tf; "
+                              "print(gc.get_freeze_count(), len(gc.get_objects()), len(collections), gc.isenabled()); "
                               "tf.train.Checkpoint(v=tf.Variable(1.0)).write('ckpt'); "
                               "tf.get_logger().warning('once'); tf.get_logger().propagate = True; "
                               "tf.get_logger().warning('twice')"],
                              capture_output=True, text=True, cwd=tmp_path, env=env)
     assert located.stdout.splitlines()[1] == "False 0", located.stderr  # importing tfcnn loads no TensorFlow
-    # then importing TensorFlow leaves its objects out of garbage collection (tfcnn/__init__.py: its exit's cost)
-    frozen, tracked = map(int, located.stdout.splitlines()[2].split())
-    assert frozen > 100_000 and tracked < frozen / 100, located.stdout
+    # then importing TensorFlow leaves its objects out of garbage collection (tfcnn/__init__.py: its exit's cost),
+    # and collects none while it imports (most of its collections' cost), the collector on again after
+    frozen, tracked, collections, enabled = located.stdout.splitlines()[2].split()
+    assert int(frozen) > 100_000 and int(tracked) < int(frozen) / 100, located.stdout
+    assert (collections, enabled) == ("0", "True"), located.stdout
     # and its warnings are printed once after a checkpoint is written, which gives the root logger a handler: the
     # same warning passed on to the root's, as TensorFlow's logger did, is printed twice
     printed = located.stderr.splitlines()
@@ -589,8 +593,8 @@ def test_every_command_line_answers_help_before_tensorflow_loads():
     """--help at once, with status 0: TensorFlow (seconds to import; on a 2-core laptop under load up to ten)
     loads only for the work itself. A flag's prefix is refused, not taken for the flag (argparse's default:
     `tfcnn.benchmark --output x.json` wrote a directory named x.json), and the refusal names the flag it is
-    close to, as absl's does, before any flag it then lacks. Running them leaves matplotlib's backend and settings as a notebook set them
-    (tfcnn.plots draws without pyplot)."""
+    close to, as absl's does, before any flag it then lacks. Running them leaves matplotlib's backend and
+    settings as a notebook set them (tfcnn.plots draws without pyplot)."""
     code = ("import matplotlib, runpy, sys\n"
             "matplotlib.use('svg'); matplotlib.rcParams['svg.fonttype'] = 'path'\n"
             f"for name in {COMMAND_LINES!r}:\n"
