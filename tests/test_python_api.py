@@ -568,7 +568,7 @@ def test_python_m_tfcnn_train_works_outside_the_source_tree(tmp_path):
                              capture_output=True, text=True, cwd=tmp_path, env=env)
     assert located.stdout.splitlines()[1] == "False 0", located.stderr  # importing tfcnn loads no TensorFlow
     # then importing TensorFlow leaves its objects out of garbage collection (tfcnn/__init__.py: its exit's cost),
-    # and collects none while it imports (most of its collections' cost), the collector on again after
+    # and collects none while it imports (0.2 CPU-s a process), the collector on again after
     frozen, tracked, collections, enabled = located.stdout.splitlines()[2].split()
     assert int(frozen) > 100_000 and int(tracked) < int(frozen) / 100, located.stdout
     assert (collections, enabled) == ("0", "True"), located.stdout

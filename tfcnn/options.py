@@ -168,7 +168,8 @@ def parse_signals(text) -> tuple[str, ...]:
 class _CommandParser(argparse.ArgumentParser):
     """argparse's parser, naming the flag a mistyped one is close to, as absl's flags (tfcnn.train's) do, and
     before the flag it then lacks: argparse itself says "unrecognized arguments: --log_dirs a b" for `tfcnn.plots
-    --log_dirs a b` (the Python keyword's spelling), and "--output_dir is required" for `--output-dir x`."""
+    --log_dirs a b` (the Python keyword's spelling), and "the following arguments are required: --output_dir"
+    for `--output-dir x`."""
 
     def parse_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
