@@ -134,7 +134,7 @@ def class_names(source, labels: str | None, num_classes: int) -> list[str] | Non
 
     if labels is None:
         folder = sources.run_labels_dir(source) or (os.fspath(source) if isinstance(source, (str, os.PathLike)) and
-                                                  os.path.isdir(source) else None)
+                                                    os.path.isdir(source) else None)
         labels = os.path.join(folder, records.LABELS_FILE) if folder else None
     rows = records.read_labels_file(labels) if labels else None
     return [text or synset for synset, text in rows] if rows and len(rows) == num_classes else None
