@@ -4,6 +4,7 @@
     python docs/generate.py --check    # exit 1 naming the stale pages (tests/test_docs.py does the same)
 
 docs/generated/flags.md        the training flags: tfcnn.training.config.TrainConfig's fields and help texts
+docs/generated/prep_flags.md   the converter's flags: imagenet_prep.build_tfrecords.define_flags
 docs/generated/models.md       the model zoo: the registry (python -m tfcnn.models --markdown), with what
                                weights="imagenet" loads (tfcnn.models.pretrained)
 docs/generated/weights.md      the published weights' names per model: tfcnn.models.pretrained's table
@@ -31,6 +32,22 @@ def flags() -> str:
         shown = "none" if default is None else ",".join(map(str, default)) if isinstance(default, tuple) else default
         text = field.metadata["help"].replace("|", "\\|")
         lines.append(f"| `--{field.name}` | {shown} | {text} |")
+    return "\n".join(lines) + "\n"
+
+
+def prep_flags() -> str:
+    from absl import flags as absl_flags
+
+    from imagenet_prep import build_tfrecords
+
+    defined = absl_flags.FlagValues()
+    build_tfrecords.define_flags(defined)
+    lines = ["| flag | default | meaning |", "|---|---|---|"]
+    for name in defined:
+        flag = defined[name]
+        shown = "" if flag.default is None else ("on" if flag.default else "off") if flag.boolean else flag.default
+        text = flag.help.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+        lines.append(f"| `--{name}` | {shown} | {text} |")
     return "\n".join(lines) + "\n"
 
 
@@ -76,7 +93,7 @@ def _number(value):
     return "" if value is None else str(value)
 
 
-PAGES = {"flags.md": flags, "models.md": models, "weights.md": weights, "recipes.md": recipes,
+PAGES = {"flags.md": flags, "prep_flags.md": prep_flags, "models.md": models, "weights.md": weights, "recipes.md": recipes,
          "performance.md": performance}
 
 

@@ -11,8 +11,9 @@ holds a tenth of each class's training images out as the validation split. Class
 names unless `--synsets_file` lists them; `--metadata_file` (`<synset>\\t<text>` lines) gives human-readable
 names. Bounding boxes come from ImageNet's XML annotations under `--bbox_dir` (found by image file stem).
 
-Outputs in --output_dir: `train-00000-of-01024 ...`, `validation-00000-of-00128 ...`, each with its DALI
-index beside it (`train-00000-of-01024.idx`, tfcnn.data.dali_index), `labels.txt` and `dataset.json` (see
+Outputs in --output_dir: `train-00000-of-01024 ...`, `validation-00000-of-00128 ...` (ImageNet's counts; a
+smaller set gets fewer shards, of about the same size: see --train_shards), each with its DALI index beside it
+(`train-00000-of-01024.idx`, tfcnn.data.dali_index), `labels.txt` and `dataset.json` (see
 tfcnn.data.records). Each shard is written under a temporary name and renamed when complete; a rerun skips
 complete shards (writing their index if they lack one), so an interrupted build resumes where it stopped.
 Unreadable images are skipped, named and counted, and never abort the build.
@@ -34,7 +35,24 @@ from tfcnn.data import dali_index, records
 from tfcnn.fileio import atomic_write_text
 
 SHUFFLE_SEED = 12345
-DEFAULT_SHARDS = {"train": 1024, "validation": 128}
+# Shard counts when none is asked for: the NGC scripts' for ImageNet (1,024 training shards of 1,251 images, 128
+# validation shards of 391); a smaller set gets shards of that size, but no fewer than a multi-node run has ranks
+# (each rank reads its own training shards: 64 is eight nodes of eight GPUs), and never more shards than images.
+# (A count fixed at ImageNet's wrote a file and its index per image of a set of a few thousand.)
+MAX_SHARDS = {"train": 1024, "validation": 128}
+SHARD_IMAGES = {"train": 1251, "validation": 391}
+MIN_SHARDS = {"train": 64, "validation": 8}
+
+
+def default_shards(split: str, num_images: int) -> int:
+    """The shard count of a split of num_images images when no --train_shards / --validation_shards is given
+    (plan_shards then caps it at the images)."""
+    return min(MAX_SHARDS[split], max(MIN_SHARDS[split], -(-num_images // SHARD_IMAGES[split])))
+
+
+def shards_help(split: str) -> str:
+    return (f"number of {'training' if split == 'train' else split} shards (default: one per {SHARD_IMAGES[split]:,} images, at least "
+            f"{MIN_SHARDS[split]} and at most {MAX_SHARDS[split]:,}, never more than the images)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,13 +217,13 @@ def hold_out(items: list[Item], fraction: float) -> tuple[list[Item], list[Item]
     return [item for item in items if item.path not in held], [item for item in items if item.path in held]
 
 
-def plan_shards(split: str, items: list[Item], num_shards: int) -> list[tuple[str, list[Item]]]:
-    """Contiguous, near-equal slices; the train list is shuffled with a fixed seed first, so every
-    shard mixes classes and a rerun plans exactly the same shards."""
+def plan_shards(split: str, items: list[Item], num_shards: int | None) -> list[tuple[str, list[Item]]]:
+    """Contiguous, near-equal slices (num_shards of them, None: default_shards); the train list is shuffled with
+    a fixed seed first, so every shard mixes classes and a rerun plans exactly the same shards."""
     items = list(items)
     if split == "train":
         random.Random(SHUFFLE_SEED).shuffle(items)
-    num_shards = min(num_shards, len(items))
+    num_shards = min(num_shards or default_shards(split, len(items)), len(items))
     bounds = [round(i * len(items) / num_shards) for i in range(num_shards + 1)]
     return [(records.shard_name(split, i, num_shards), items[bounds[i]:bounds[i + 1]]) for i in range(num_shards)]
 
@@ -273,12 +291,13 @@ def _convert_item(item: Item, resize: ResizeSpec, quality: int, result: ShardRes
 def build_tfrecords(output_dir: str, train_dir: str | None = None, validation_dir: str | None = None, *,
                     validation_labels: str | None = None, bbox_dir: str | None = None,
                     synsets_file: str | None = None, metadata_file: str | None = None,
-                    train_shards: int = DEFAULT_SHARDS["train"],
-                    validation_shards: int = DEFAULT_SHARDS["validation"], validation_fraction: float = 0.0,
+                    train_shards: int | None = None, validation_shards: int | None = None,
+                    validation_fraction: float = 0.0,
                     resize: str = "shorter:480", upscale: bool = False, quality: int = 90,
                     num_workers: int | None = None, log=print) -> dict[str, dict]:
     """Builds the requested splits; returns a summary per split. Raises BuildError on bad input
-    before any image is converted. validation_fraction: the validation split held out of train_dir's
+    before any image is converted. train_shards, validation_shards: None sizes them (default_shards).
+    validation_fraction: the validation split held out of train_dir's
     images (that fraction of each class), for a dataset without one."""
     spec = parse_resize(resize, upscale)
     _check_inputs(train_dir, validation_dir, train_shards, validation_shards, quality, num_workers,
@@ -355,7 +374,7 @@ def _check_inputs(train_dir, validation_dir, train_shards, validation_shards, qu
         if path and not os.listdir(path):
             raise BuildError(f"{flag} {path} is empty")
     for flag, value in (("--train_shards", train_shards), ("--validation_shards", validation_shards)):
-        if not 1 <= value <= 99999:
+        if value is not None and not 1 <= value <= 99999:
             raise BuildError(f"{flag} must be between 1 and 99999, received: {value}")
     if not 1 <= quality <= 100:
         raise BuildError(f"--quality must be between 1 and 100, received: {quality}")
@@ -504,29 +523,35 @@ def main(argv):
     print(f"wrote {sum(s['images_written'] for s in summaries.values()):,} images to {FLAGS.output_dir}")
 
 
-def define_flags():
+def define_flags(flag_values=None):
+    """The command's flags, in absl's global FLAGS (or flag_values: docs/generate.py tables them from here)."""
     from absl import flags
 
-    flags.DEFINE_string("train_dir", None, "training images: <class>/<image> folders")
-    flags.DEFINE_string("validation_dir", None, "validation images: <class>/ folders, or flat with --validation_labels")
-    flags.DEFINE_string("validation_labels", None,
-                        "for a flat --validation_dir: one synset per line (sorted file-name order) "
-                        "or '<file name> <synset>' lines")
-    flags.DEFINE_string("output_dir", None, "where the shards, labels.txt and dataset.json go")
-    flags.DEFINE_string("bbox_dir", None, "ImageNet bounding-box XML annotations (searched recursively)")
-    flags.DEFINE_string("synsets_file", None, "class list, one synset per line (default: sorted train folders)")
-    flags.DEFINE_string("metadata_file", None, "human-readable class names: '<synset>\\t<text>' lines")
-    flags.DEFINE_integer("train_shards", DEFAULT_SHARDS["train"], "number of training shards")
-    flags.DEFINE_integer("validation_shards", DEFAULT_SHARDS["validation"], "number of validation shards")
-    flags.DEFINE_float("validation_fraction", 0.0, "without --validation_dir: hold this fraction of each "
-                       "class's --train_dir images out as the validation split (e.g. 0.1)")
-    flags.DEFINE_string("resize", "shorter:480", "pre-resize: 'shorter:N' (cap the shorter side, keep the "
-                        "aspect ratio), 'stretch:WxH' (fixed size) or 'none'")
-    flags.DEFINE_boolean("upscale", False, "with shorter:N, also enlarge images whose shorter side is below N")
-    flags.DEFINE_integer("quality", 90, "JPEG quality of re-encoded images")
-    flags.DEFINE_integer("num_workers", None, "worker processes (default: all cores)")
-    flags.mark_flag_as_required("output_dir")
-
+    fv = dict(flag_values=flags.FLAGS if flag_values is None else flag_values)  # an empty FlagValues is falsy
+    flags.DEFINE_string("train_dir", None, "training images: <class>/<image> folders (a class's images may sit in "
+                        "subfolders; hidden files and folders and other extensions are ignored)", **fv)
+    flags.DEFINE_string("validation_dir", None, "validation images: <class>/ folders, or flat with "
+                        "--validation_labels (either this or --train_dir may be omitted)", **fv)
+    flags.DEFINE_string("validation_labels", None, "for a flat --validation_dir: one synset per line in sorted "
+                        "file-name order, or '<file name> <synset>' lines", **fv)
+    flags.DEFINE_float("validation_fraction", 0.0, "without --validation_dir: hold this share of each class's "
+                       "--train_dir images out as the validation split (rounded; one at least stays for training), "
+                       "the same images on every rerun (e.g. 0.1)", **fv)
+    flags.DEFINE_string("output_dir", None, "where the shards, labels.txt and dataset.json go (required)", **fv)
+    flags.DEFINE_string("bbox_dir", None, "ImageNet's XML bounding boxes, searched recursively, matched by image "
+                        "file stem", **fv)
+    flags.DEFINE_string("synsets_file", None, "class list, one synset per line (default: the sorted --train_dir "
+                        "folders)", **fv)
+    flags.DEFINE_string("metadata_file", None, "human-readable class names: '<synset>\\t<text>' lines", **fv)
+    flags.DEFINE_integer("train_shards", None, shards_help("train"), **fv)
+    flags.DEFINE_integer("validation_shards", None, shards_help("validation"), **fv)
+    flags.DEFINE_string("resize", "shorter:480", "pre-resize: 'shorter:N' caps the shorter side, keeping the aspect "
+                        "ratio; 'stretch:WxH' stretches to a fixed size (as older scripts did); 'none'", **fv)
+    flags.DEFINE_boolean("upscale", False, "with shorter:N, also enlarge images whose shorter side is below N "
+                         "(never done otherwise)", **fv)
+    flags.DEFINE_integer("quality", 90, "JPEG quality of re-encoded images", **fv)
+    flags.DEFINE_integer("num_workers", None, "worker processes (default: all cores)", **fv)
+    flags.mark_flag_as_required("output_dir", **fv)
 
 if __name__ == "__main__":
     from absl import app, flags

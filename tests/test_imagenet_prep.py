@@ -258,6 +258,28 @@ def test_validation_in_class_folders_and_own_dataset(tmp_path):
         "taken-True.jpg"]
 
 
+def test_shard_counts_by_default_are_imagenets_and_the_same_size_for_a_smaller_set(tmp_path):
+    """Without --train_shards / --validation_shards: ImageNet's 1,281,167 and 50,000 images get the NGC scripts'
+    1,024 and 128 shards; a smaller set gets shards of that size, at least 64 and 8 of them (a file per image of a
+    set of a few thousand, before), and no more than its images."""
+    assert [bt.default_shards("train", n) for n in (1_281_167, 14_000_000, 80_064, 80_065, 3_303)] == [
+        1024, 1024, 64, 65, 64]
+    assert [bt.default_shards("validation", n) for n in (50_000, 3_519, 3_520, 367)] == [128, 9, 10, 8]
+    for cls, n in (("a", 40), ("b", 30)):
+        (tmp_path / "photos" / cls).mkdir(parents=True)
+        for i in range(n):
+            Image.new("RGB", (8, 8), (3 * i, 0, 0)).save(tmp_path / "photos" / cls / f"{cls}{i}.jpg")
+    logged = []
+    bt.build_tfrecords(str(tmp_path / "out"), str(tmp_path / "photos"), validation_fraction=0.1, resize="none",
+                       num_workers=1, log=logged.append)
+    assert {"train: 63 images into 63 shards (0 already complete)",
+            "validation: 7 images into 7 shards (0 already complete)"} <= set(logged), logged
+    bt.build_tfrecords(str(tmp_path / "more"), str(tmp_path / "photos"), resize="none", num_workers=1,
+                       log=logged.append)
+    assert "train: 70 images into 64 shards (0 already complete)" in logged
+    assert len(glob.glob(str(tmp_path / "more" / records.shard_pattern("train")))) == 64
+
+
 def test_validation_fraction_holds_each_classs_share_out_of_the_training_images(tmp_path):
     """A dataset of one folder: --validation_fraction takes that share of each class (rounded, a training image
     left to each) out of the training split, the same images on a rerun; another fraction is another build."""
