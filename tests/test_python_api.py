@@ -208,6 +208,18 @@ def test_published_weights_by_name_are_a_source(imagenet_cache, monkeypatch):
         tfcnn.evaluate("imagenet", data=(x, y))
 
 
+def test_a_training_stream_of_data_in_memory_holds_its_images_about_once():
+    """230 MB of uint8 images, as arrays or a Dataset: a running training stream holds about their size (a copy of
+    the arrays, or the Dataset's shuffle window as uint8), in a process of its own. The examples shuffled as float32
+    held 5.2-5.4 times it (a buffer of up to four times the images, beside a copy of them)."""
+    done = subprocess.run([sys.executable, os.path.join(SCRIPTS, "memory_probe.py"), "--held"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    held = json.loads(done.stdout.splitlines()[-1])
+    print(held)
+    assert set(held) == {"dataset", "arrays"} and all(0.9 < ratio < 2 for ratio in held.values()), held
+
+
 def test_one_rank_epoch_takes_every_example_once_reshuffled_per_epoch():
     one = epoch_ids(100, 4, 1, 0)
     assert len(one) == 100 and sorted(one) == list(range(100)) and one != sorted(one)

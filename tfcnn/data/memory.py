@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections.abc
 import os
+from typing import Callable, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -31,9 +32,11 @@ from tfcnn.data import preprocessing
 from tfcnn.options import parse_policy
 
 AUTOTUNE = tf.data.AUTOTUNE
-# Every example of a rank's share fits the buffer for arrays (an exact shuffle, as the records' files are);
-# a Dataset is shuffled through a window of this many.
+# A Dataset is shuffled through a window of this many examples, as they come; arrays are shuffled by index, an
+# exact shuffle of any size (as the records' files are).
 SHUFFLE_BUFFER = 10_000
+# Arrays are copied into TensorFlow's memory this many bytes at a time (converted whole, they are copied twice).
+COPY_CHUNK_BYTES = 64 << 20
 
 
 def examples(data, what: str = "train_data", num_classes: int | None = None) -> tuple[tf.data.Dataset, int | None]:
@@ -247,9 +250,43 @@ def _size(dataset) -> int:
     return size if size >= 0 else int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
 
 
-def share(data, num_shards: int, shard_index: int, what: str, num_classes: int) -> tf.data.Dataset:
-    """This rank's examples: every num_shards-th from shard_index on."""
-    return examples(data, what, num_classes)[0].shard(num_shards, shard_index)
+class Share(NamedTuple):
+    """A rank's examples: `elements` (a Dataset), `size` of them, each made a (float32 image, int32 label) example
+    by `example` (after any shuffle, through a window of `shuffle_buffer` elements)."""
+    elements: tf.data.Dataset
+    size: int
+    example: Callable
+    shuffle_buffer: int
+
+
+def share(data, num_shards: int, shard_index: int, what: str, num_classes: int) -> Share:
+    """This rank's examples, every num_shards-th from shard_index on. Those of arrays are indices into one copy of
+    the rank's share in host memory, so neither a shuffle nor TensorFlow's rewrite of the input pipeline (which
+    copies the tensors it captures) copies images; those of a Dataset are its own, cast to float32 after the
+    shuffle. (Examples shuffled as float32 held up to four times a uint8 array in the buffer, beside a copy.)"""
+    data = check(data, what, num_classes)
+    if isinstance(data, tf.data.Dataset):
+        mine = data.shard(num_shards, shard_index)
+        size = _size(mine)
+        return Share(mine, size, _as_example, min(size, SHUFFLE_BUFFER))
+    x, y = data[0][shard_index::num_shards], data[1][shard_index::num_shards]
+    images, labels = _host_copy(x), tf.convert_to_tensor(y)
+    return Share(tf.data.Dataset.range(len(x)), len(x),
+                 lambda i: _as_example(tf.gather(images, i), tf.gather(labels, i)), len(x))
+
+
+def _host_copy(x: np.ndarray) -> tf.Variable:
+    """x in a host-memory variable, as uint8 (integers, checked to be 0-255) or float32 (floats: what _as_example
+    casts them to), copied a chunk at a time: converted whole, x was held twice for a while. (Through the op
+    itself: `held[a:b].assign()` reads the slice first, whose hold on the buffer makes the assignment copy it all.)"""
+    dtype = np.uint8 if np.issubdtype(x.dtype, np.integer) else np.float32
+    with tf.device("/CPU:0"):
+        held = tf.Variable(tf.zeros(x.shape, dtype), trainable=False)
+    per_chunk = max(1, COPY_CHUNK_BYTES // max(1, x[:1].astype(dtype).nbytes))
+    for start in range(0, len(x), per_chunk):
+        tf.raw_ops.ResourceStridedSliceAssign(ref=held.handle, begin=[start], end=[start + per_chunk], strides=[1],
+                                              value=x[start:start + per_chunk].astype(dtype, copy=False))
+    return held
 
 
 def train_batches(data, *, batch_size: int, image_size: int, num_classes: int, seed: int, start_step: int = 0,
@@ -257,7 +294,7 @@ def train_batches(data, *, batch_size: int, image_size: int, num_classes: int, s
     """Endless training batches of this rank's share from `start_step` on (see the module docstring)."""
     view, policy = preprocessing.train_view(train_crop), parse_policy(augment)
     mine = share(data, num_shards, shard_index, "train_data", num_classes)
-    per_epoch = _size(mine)
+    per_epoch = mine.size
     if per_epoch < batch_size:
         raise ValueError(f"train_data: this rank's share ({per_epoch} examples of every {num_shards}th) cannot fill "
                          f"one batch of {batch_size}: pass more data or a smaller batch_size")
@@ -266,7 +303,7 @@ def train_batches(data, *, batch_size: int, image_size: int, num_classes: int, s
     def epoch(e):
         tf.compat.v1.get_default_graph().seed = None  # explicit seeds only (as tfcnn.data.pipeline's epochs)
         epoch_seed = tf.cast(seed, tf.int64) + e
-        shuffled = mine.shuffle(min(per_epoch, SHUFFLE_BUFFER), seed=epoch_seed).enumerate()
+        shuffled = mine.elements.shuffle(mine.shuffle_buffer, seed=epoch_seed).map(mine.example).enumerate()
         return shuffled.map(lambda i, example: (tf.stack([epoch_seed, i]), example))
 
     def transform(element_seed, example):
@@ -292,7 +329,8 @@ def eval_batches(data, *, batch_size: int, image_size: int, num_classes: int, cr
         return tf.ensure_shape(image, [image_size, image_size, 3]), _checked(label, num_classes)
 
     mine = share(data, num_shards, shard_index, what, num_classes)
-    return mine.map(transform, num_parallel_calls=AUTOTUNE).batch(batch_size).prefetch(AUTOTUNE)
+    return mine.elements.map(mine.example).map(transform, num_parallel_calls=AUTOTUNE).batch(batch_size).prefetch(
+        AUTOTUNE)
 
 
 def _checked(label, num_classes):
