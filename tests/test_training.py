@@ -784,17 +784,19 @@ def test_onednn_kernels_are_the_default_unless_the_user_chose(user_choice, monke
                                       pytest.param(MPIEXEC, id="mpiexec", marks=needs_mpi)])
 def test_two_ranks_keep_identical_weights(stripes, tmp_path, launcher):
     """Also fine-tuning: rank 0 alone reads --init_weights (a checkpoint of another class count), the others
-    receive it."""
+    receive it. And a callback that stops the run on one rank alone (after step 8 of 10) stops every rank there:
+    the other went on to step 9 and waited for it there for ever."""
     import testnet
 
     init = testnet.write_checkpoint(tmp_path / "init", "testnet", num_classes=3)
     config = dict(TINY, data_dir=stripes, num_iter=10, iter_unit="batch", lr=0.4, warmup_epochs=0.5,
                   log_dir=str(tmp_path / "run"), init_weights=init, ema_decay=0.9)
-    out = run_probe(launcher, config, tmp_path / "out")
+    out = run_probe(launcher, config, tmp_path / "out", "--stop_rank", "1", "--stop_step", "8")
     assert "2 rank(s) x batch 8 = global batch 16" in out
     assert "the classifier is re-initialized" in out and f"initial weights from {init}" in out
+    assert "done: steps 0-8 of 10 in " in out and "a callback stopped the run (model.stop_training)" in out
     r0, r1 = np.load(tmp_path / "out" / "rank0.npz"), np.load(tmp_path / "out" / "rank1.npz")
-    assert r0["steps"][-1] == r1["steps"][-1] == 10
+    assert r0["steps"].tolist() == r1["steps"].tolist() == list(range(1, 9))
     weights = [k for k in r0.files if k.startswith(("w", "ema"))]
     assert any(k.startswith("ema") for k in weights)  # every rank keeps the same moving average too
     for key in weights:

@@ -101,8 +101,8 @@ def train(config_or_recipe: TrainConfig | str | None = None, *, train_data=None,
     callbacks: tf.keras (Keras 2) callbacks, or one alone, run after tfcnn's own at every step; their
       `self.model` is the trainer, whose `.model` is the zoo model. They see the run's epochs (on_epoch_end's
       logs: loss, top1 and, with val_data, val_top1 and val_top5), so EarlyStopping(monitor="val_top1",
-      mode="max") works; one that sets model.stop_training ends the run after that step (status 'stopped'),
-      whose checkpoint log_dir keeps.
+      mode="max") works; one that sets model.stop_training ends the run after that step (status 'stopped'), on
+      every rank when it did so on one, and log_dir keeps that step's checkpoint.
     Bad values raise ValueError naming the option; a NaN or infinite loss raises NonFiniteLossError.
     """
     config = _config(config_or_recipe, overrides, train_data, val_data)

@@ -1,7 +1,7 @@
 """Runs tfcnn training from a JSON config and records what the tests check, per rank.
 
     python tests/scripts/train_probe.py CONFIG_JSON OUT_DIR [--inject_inf_rank R --inject_inf_step S]
-        [--slow_stop_save_s SECONDS]
+        [--slow_stop_save_s SECONDS] [--stop_rank R --stop_step S]
 
 Writes OUT_DIR/rank{r}.npz: the final trainable weights (and moving averages of all weights with --ema_decay),
 and per step the loss scale (fp16) and a float64 digest of the weights; OUT_DIR/summary{r}.json: train()'s
@@ -9,7 +9,8 @@ summary. CONFIG_JSON may also be a list of configurations, trained one after the
 (one launch, one TensorFlow start-up per rank, for several runs), each recording into OUT_DIR/<its index>.
 --inject_inf_* makes one rank's gradients infinite at one step (as an fp16 overflow would). --slow_stop_save_s
 makes the checkpoint of a stop take that much longer on every rank (as a large model's on a slow file system
-would). A run stopped by a stop signal or --max_minutes exits with status 75, as examples/train.py does. The tests'
+would). --stop_* adds a callback that sets model.stop_training after step S on rank R alone (as one deciding on
+what only its rank sees would). A run stopped by a stop signal or --max_minutes exits with status 75, as examples/train.py does. The tests'
 small models (tests/testnet.py) are registered besides the zoo.
 """
 import argparse
@@ -54,6 +55,16 @@ class Recorder(tf.keras.callbacks.Callback):
                  loss_scales=np.array(self.loss_scales), digests=np.array(self.digests), **weights)
 
 
+class StopOnOneRank(tf.keras.callbacks.Callback):
+    def __init__(self, rank, step):
+        super().__init__()
+        self.rank, self.step = rank, step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if distributed.rank() == self.rank and int(self.model.step.numpy()) == self.step:
+            self.model.stop_training = True
+
+
 def inject_inf(rank, step):
     original = ClassifierTrainer.compute_gradients
 
@@ -87,6 +98,8 @@ def main():
     parser.add_argument("--inject_inf_rank", type=int)
     parser.add_argument("--inject_inf_step", type=int)
     parser.add_argument("--slow_stop_save_s", type=float, default=0.0)
+    parser.add_argument("--stop_rank", type=int)
+    parser.add_argument("--stop_step", type=int)
     args = parser.parse_args()
     testnet.register()
     if args.inject_inf_step is not None:
@@ -98,7 +111,8 @@ def main():
             else [(one, os.path.join(args.out_dir, str(index))) for index, one in enumerate(config)])
     for config, out_dir in runs:
         os.makedirs(out_dir, exist_ok=True)
-        summary = train(make_config(**config), callbacks=[Recorder(out_dir)])
+        stop = [StopOnOneRank(args.stop_rank, args.stop_step)] if args.stop_step is not None else []
+        summary = train(make_config(**config), callbacks=[Recorder(out_dir), *stop])
         with open(os.path.join(out_dir, f"summary{distributed.rank()}.json"), "w") as f:
             json.dump({k: v for k, v in summary.items() if k != "model"}, f)
         if "preempted" in summary:  # as examples/train.py

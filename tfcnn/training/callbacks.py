@@ -205,7 +205,12 @@ class RunEpochs(tf.keras.callbacks.Callback):
     the last step of a run that ends within an epoch (a stop, or --num_iter in batches), as Keras' fit calls
     them; epochs are counted from 0 since the run's start. The epoch's logs: `loss` and `top1` (the training
     metrics since the last displayed step) averaged over ranks, so that every rank's callbacks decide alike,
-    and `val_top1` and `val_top5` when val_data was scored at that step. The other events pass through."""
+    and `val_top1` and `val_top5` when val_data was scored at that step. The other events pass through.
+
+    A stop they ask for (model.stop_training) after a step or an epoch on any rank is every rank's: one that
+    stopped alone would leave the others waiting for it in their next step, for ever. (A callback may decide on
+    what differs between ranks: the time, its own rank's batch. The ranks agree after every step only when a
+    callback has a batch hook; after every epoch always.)"""
 
     _supports_tf_logs = True
 
@@ -214,6 +219,10 @@ class RunEpochs(tf.keras.callbacks.Callback):
         self.callbacks = tf.keras.callbacks.CallbackList(list(callbacks))  # numpy logs for those that want them
         self.plan = plan
         self.open_epoch = self.last_logs = None
+        base = tf.keras.callbacks.Callback
+        self.batch_hooks = any(getattr(type(c), hook) is not getattr(base, hook) for c in callbacks
+                               for hook in ("on_batch_begin", "on_batch_end", "on_train_batch_begin",
+                                            "on_train_batch_end"))
 
     def set_model(self, model):
         super().set_model(model)
@@ -237,8 +246,11 @@ class RunEpochs(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.last_logs = logs
         self.callbacks.on_train_batch_end(batch, logs)
+        if self.batch_hooks:
+            self._agree_on_stopping()
         if self.plan.ends_epoch(self.plan.start_step + batch + 1):
             self._end_epoch()
+            self._agree_on_stopping()
 
     def on_epoch_begin(self, epoch, logs=None):
         pass  # fit()'s one epoch: the run's are sent from the steps
@@ -259,3 +271,9 @@ class RunEpochs(tf.keras.callbacks.Callback):
                       **{key: float(logs[key]) for key in ("val_top1", "val_top5") if key in logs}}
         self.callbacks.on_epoch_end(self.open_epoch, epoch_logs)
         self.open_epoch = None
+
+    def _agree_on_stopping(self):
+        if distributed.size() > 1:
+            asked = distributed.allreduce(tf.constant(float(bool(self.model.stop_training))), average=False,
+                                          name="tfcnn_callback_stop")
+            self.model.stop_training = float(asked) > 0

@@ -62,7 +62,8 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
 
     callbacks: extra Keras callbacks, run after tfcnn's own (logging, checkpoints) at every step; their
     `self.model` is the ClassifierTrainer, whose `.model` is the zoo model. They see the run's epochs
-    (callbacks.RunEpochs); one that sets model.stop_training ends the run after that step, checkpointed.
+    (callbacks.RunEpochs); one that sets model.stop_training on any rank ends the run after that step on every
+    rank, checkpointed.
     train_data, val_data: data in memory instead of the config's records (tfcnn.data.memory: (x, y) arrays
     or a Dataset of (image, label)); each rank takes its share. val_data is evaluated at the end of every
     --validation_every-th epoch and after training, each example once over all ranks (training.validation);
