@@ -295,6 +295,9 @@ def test_learns_and_writes_logs_checkpoints_and_export(stripes, tmp_path, capsys
     pixels = tf.image.resize(tf.cast(tf.io.decode_jpeg(data), tf.float32)[None], [32, 32])
     by_pixels = loaded.signatures["serving_default"](images=pixels)
     assert by_pixels["logits"].shape == (1, 2) and by_pixels["logits"].dtype == tf.float32
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"serving_default takes float32 \[N, 32, 32, 3\] RGB "
+                                                             r"images .* received \[H, W, C\].*\[40 36 3\]"):
+        loaded.signatures["serving_default"](images=tf.zeros([1, 40, 36, 3]))
     assert (export_dir / "labels.txt").read_text() == "hstripes\thstripes\nvstripes\tvstripes\n"
     assert json.loads((export_dir / "tfcnn.json").read_text())["model"] == "testnet"
     # the SavedModel (normalization inside) scores the validation split as the trainer's own predict did

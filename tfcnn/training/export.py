@@ -51,11 +51,23 @@ class ServingModule(tf.Module):
                            encoded, fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8))
         return self.classify_images(tf.cast(images, tf.float32))
 
-    def images_function(self) -> tf.types.experimental.GenericFunction:
+    def images_function(self, checked: bool = False) -> tf.types.experimental.GenericFunction:
         """`serving_default`: float32 [None, S, S, 3] pixels in 0-255 (any batch) -> logits, probabilities.
-        The SavedModel signs it and the ONNX export converts it, so both compute one function."""
+        The SavedModel signs it and the ONNX export converts it, so both compute one function. checked (the
+        SavedModel's): images of another size are refused, naming theirs; a signature does not check the
+        shapes it declares, and its graph failed deep inside, naming none of them (ONNX Runtime checks them)."""
         size = self.data.input_size
-        return tf.function(self.classify_images,
+
+        def classify_images(images):
+            if checked:
+                tf.debugging.assert_equal(
+                    tf.shape(images)[1:], tf.constant([size, size, 3]),
+                    message=f"serving_default takes float32 [N, {size}, {size}, 3] RGB images (0-255): resize them "
+                            f"to {size}x{size}, or pass image files' bytes to classify_encoded (any size); received "
+                            f"[H, W, C]")
+            return self.classify_images(images)
+
+        return tf.function(classify_images,
                            input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32, IMAGES_INPUT)])
 
     def encoded_function(self) -> tf.types.experimental.GenericFunction:
@@ -124,7 +136,7 @@ def export_saved_model(model: tf.keras.Model, export_dir: str, data_dir: str | N
     write_export_info)."""
     module = serving_module(model)
     with staged_directory(export_dir) as tmp:
-        signatures = {"serving_default": module.images_function().get_concrete_function(),
+        signatures = {"serving_default": module.images_function(checked=True).get_concrete_function(),
                       "classify_encoded": module.encoded_function().get_concrete_function()}
         tf.saved_model.save(module, tmp, signatures=signatures)
         write_export_info(tmp, export_info(module), data_dir, log)
