@@ -321,7 +321,8 @@ def test_datasets_of_any_image_size_and_prepared_arrays(testnet):
 
 def test_a_class_folder_datasets_names_reach_its_exports_and_predictions(testnet, tmp_path, capsys):
     """Keras' image_dataset_from_directory names its classes (`class_names`, the folders'): the run writes them to
-    its log_dir's labels.txt, its exports carry them, and predictions are named by them, as for records."""
+    its log_dir's labels.txt, its exports carry them, and predictions are named by them, as for records. The
+    trained model carries them too, so that a run without a log_dir exports them."""
     from PIL import Image
 
     from tfcnn import predict
@@ -344,6 +345,9 @@ def test_a_class_folder_datasets_names_reach_its_exports_and_predictions(testnet
         tfcnn.export(source, str(tmp_path / name), log=quiet)
         assert (tmp_path / name / "labels.txt").read_text() == labels, name
         assert predict.class_names(source, None, 2) == ["cats", "dogs"], name
+    assert result.model.class_names == ("cats", "dogs")  # a RunResult without log_dir exports its model
+    tfcnn.export(result.model, str(tmp_path / "from_model"), log=quiet)
+    assert (tmp_path / "from_model" / "labels.txt").read_text() == labels
     # names that do not name each class once are left out, saying so
     photos.class_names = ["cats", "dogs", "birds"]
     capsys.readouterr()

@@ -101,7 +101,7 @@ def export_onnx(source, export_dir: str, data_dir: str | None = None, calibratio
                 + (f" (they hold only {count})" if count < calibration_images else ""))
         if isinstance(source, str) and not data_dir:
             data_dir = source  # a SavedModel export keeps its labels.txt
-        write_export_info(tmp, info, data_dir, log)
+        write_export_info(tmp, info, data_dir, log, getattr(source, "class_names", None))
     return os.path.abspath(export_dir)
 
 

@@ -107,10 +107,15 @@ def export_info(module: ServingModule) -> dict:
             "data_config": module.data.to_dict(), "options": dict(model.build_options)}
 
 
-def write_export_info(directory: str, info: dict, data_dir: str | None = None, log=lambda _: None) -> None:
-    """tfcnn.json (`info`) and, when data_dir's labels.txt has one line per class, labels.txt. log is told which
-    labels.txt gave the class names, or why data_dir gave none."""
-    if data_dir:
+def write_export_info(directory: str, info: dict, data_dir: str | None = None, log=lambda _: None,
+                      class_names=None) -> None:
+    """tfcnn.json (`info`) and, when data_dir's labels.txt has one line per class, labels.txt; without data_dir,
+    labels.txt of class_names (a model's: the Dataset in memory it was trained on named them). log is told what
+    gave the class names, or why data_dir gave none."""
+    if not data_dir and class_names and len(class_names) == info["num_classes"]:
+        records.write_labels(directory, [(name, name) for name in class_names])
+        log("tfcnn.export: class names from the model's class_names (those of the data it was trained on)")
+    elif data_dir:
         labels, source = records.read_labels(data_dir), os.path.join(data_dir, records.LABELS_FILE)
         if labels is None:
             log(f"tfcnn.export: no labels.txt beside the export: {data_dir} has none")
@@ -132,12 +137,12 @@ def staged_directory(final_dir: str):
 def export_saved_model(model: tf.keras.Model, export_dir: str, data_dir: str | None = None,
                        log=lambda _: None) -> str:
     """Writes the SavedModel of a zoo model (weights copied into a float32 twin built with the same
-    options) to export_dir, fed as `model.data_config` says. labels.txt comes from data_dir's (log: see
-    write_export_info)."""
+    options) to export_dir, fed as `model.data_config` says. labels.txt comes from data_dir's, or without it
+    from the model's class_names (log: see write_export_info)."""
     module = serving_module(model)
     with staged_directory(export_dir) as tmp:
         signatures = {"serving_default": module.images_function(checked=True).get_concrete_function(),
                       "classify_encoded": module.encoded_function().get_concrete_function()}
         tf.saved_model.save(module, tmp, signatures=signatures)
-        write_export_info(tmp, export_info(module), data_dir, log)
+        write_export_info(tmp, export_info(module), data_dir, log, getattr(model, "class_names", None))
     return os.path.abspath(export_dir)

@@ -74,7 +74,8 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
     A run stopped by --stop_signals or --max_minutes returns with `preempted` (the step, the reason, the
     checkpoint written at that step) and without export or evaluation: it is not done.
     The summary's `model` is the zoo model as trained (its raw weights: with --ema_decay the checkpoints
-    and the export hold their average).
+    and the export hold their average), with `class_names` when a Dataset in memory named its classes (its
+    exports carry them, log_dir or not).
     """
     callbacks = checked_callbacks(callbacks)
     distributed.init()
@@ -128,6 +129,8 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
             progress = fit_segment(trainer, checkpoint, plan, lambda step: lr(step - 1),
                                    after=[validator] if validator is not None else [], callbacks=callbacks,
                                    stop=stop, dataset=batches)
+    if names:  # set past Keras' attribute tracking, which would wrap the tuple in a trackable one
+        object.__setattr__(model, "class_names", tuple(names))
     summary = {"config": dataclasses.asdict(config), "steps_per_epoch": plan.steps_per_epoch,
                "global_batch": plan.global_batch, "ranks": distributed.size(),
                "data_config": plan.data_config.to_dict(), "model": model, **progress}
@@ -142,8 +145,7 @@ def train(config: TrainConfig, callbacks=(), *, train_data=None, val_data=None, 
         if config.export_dir and chief:
             from tfcnn.training.export import export_saved_model
 
-            labels_dir = config.data_dir or (config.log_dir if names else None)
-            summary["saved_model"] = export_saved_model(model, config.export_dir, labels_dir, log)
+            summary["saved_model"] = export_saved_model(model, config.export_dir, config.data_dir, log)
         if config.predict and chief and validator is None:
             summary["validation"] = predict(trainer, plan)
     if validator is not None:  # every rank counts its share (the last step's validation, when it made one)
