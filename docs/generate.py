@@ -93,8 +93,8 @@ def _number(value):
     return "" if value is None else str(value)
 
 
-PAGES = {"flags.md": flags, "prep_flags.md": prep_flags, "models.md": models, "weights.md": weights, "recipes.md": recipes,
-         "performance.md": performance}
+PAGES = {"flags.md": flags, "prep_flags.md": prep_flags, "models.md": models, "weights.md": weights,
+         "recipes.md": recipes, "performance.md": performance}
 
 
 def stale() -> list:

@@ -51,8 +51,9 @@ def default_shards(split: str, num_images: int) -> int:
 
 
 def shards_help(split: str) -> str:
-    return (f"number of {'training' if split == 'train' else split} shards (default: one per {SHARD_IMAGES[split]:,} images, at least "
-            f"{MIN_SHARDS[split]} and at most {MAX_SHARDS[split]:,}, never more than the images)")
+    return (f"number of {'training' if split == 'train' else split} shards (default: one per "
+            f"{SHARD_IMAGES[split]:,} images, at least {MIN_SHARDS[split]} and at most {MAX_SHARDS[split]:,}, never "
+            f"more than the images)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,8 +298,8 @@ def build_tfrecords(output_dir: str, train_dir: str | None = None, validation_di
                     num_workers: int | None = None, log=print) -> dict[str, dict]:
     """Builds the requested splits; returns a summary per split. Raises BuildError on bad input
     before any image is converted. train_shards, validation_shards: None sizes them (default_shards).
-    validation_fraction: the validation split held out of train_dir's
-    images (that fraction of each class), for a dataset without one."""
+    validation_fraction: the validation split held out of train_dir's images (that fraction of each class),
+    for a dataset without one."""
     spec = parse_resize(resize, upscale)
     _check_inputs(train_dir, validation_dir, train_shards, validation_shards, quality, num_workers,
                   validation_fraction)
@@ -552,6 +553,7 @@ def define_flags(flag_values=None):
     flags.DEFINE_integer("quality", 90, "JPEG quality of re-encoded images", **fv)
     flags.DEFINE_integer("num_workers", None, "worker processes (default: all cores)", **fv)
     flags.mark_flag_as_required("output_dir", **fv)
+
 
 if __name__ == "__main__":
     from absl import app, flags

@@ -10,8 +10,8 @@ summary. CONFIG_JSON may also be a list of configurations, trained one after the
 --inject_inf_* makes one rank's gradients infinite at one step (as an fp16 overflow would). --slow_stop_save_s
 makes the checkpoint of a stop take that much longer on every rank (as a large model's on a slow file system
 would). --stop_* adds a callback that sets model.stop_training after step S on rank R alone (as one deciding on
-what only its rank sees would). A run stopped by a stop signal or --max_minutes exits with status 75, as examples/train.py does. The tests'
-small models (tests/testnet.py) are registered besides the zoo.
+what only its rank sees would). A run stopped by a stop signal or --max_minutes exits with status 75, as
+examples/train.py does. The tests' small models (tests/testnet.py) are registered besides the zoo.
 """
 import argparse
 import json
