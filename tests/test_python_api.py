@@ -220,6 +220,18 @@ def test_a_training_stream_of_data_in_memory_holds_its_images_about_once():
     assert set(held) == {"dataset", "arrays"} and all(0.9 < ratio < 2 for ratio in held.values()), held
 
 
+def test_arrays_are_counted_without_a_copy_in_tensorflow(monkeypatch):
+    """tfcnn.train counts arrays before it trains on them: by their length (a Dataset made of them for it held a
+    whole copy for a while: the peak of a run on 230 MB of uint8 images fell from 2.07 to 1.71 times their size)."""
+    from tfcnn.data import memory
+
+    def copied(*_):
+        raise AssertionError("the arrays were copied into a Dataset to be counted")
+
+    monkeypatch.setattr(tf.data.Dataset, "from_tensor_slices", copied)
+    assert memory.count((np.zeros((5, 8, 8, 3), np.uint8), np.zeros(5, int))) == 5
+
+
 def test_one_rank_epoch_takes_every_example_once_reshuffled_per_epoch():
     one = epoch_ids(100, 4, 1, 0)
     assert len(one) == 100 and sorted(one) == list(range(100)) and one != sorted(one)

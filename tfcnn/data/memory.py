@@ -233,8 +233,10 @@ def _as_example(image, label):
 
 
 def count(data) -> int:
-    """How many examples `examples(data)` yields (one pass over a Dataset of unknown size)."""
-    return _size(examples(data)[0])
+    """How many examples `examples(data)` yields (one pass over a Dataset of unknown size; arrays are not copied
+    into TensorFlow for it)."""
+    data = check(data)
+    return _size(data) if isinstance(data, tf.data.Dataset) else len(data[0])
 
 
 def count_and_classes(data) -> tuple[int, int]:
