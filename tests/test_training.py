@@ -787,8 +787,8 @@ def test_onednn_kernels_are_the_default_unless_the_user_chose(user_choice, monke
                                       pytest.param(MPIEXEC, id="mpiexec", marks=needs_mpi)])
 def test_two_ranks_keep_identical_weights(stripes, tmp_path, launcher):
     """Also fine-tuning: rank 0 alone reads --init_weights (a checkpoint of another class count), the others
-    receive it. And a callback that stops the run on one rank alone (after step 8 of 10) stops every rank there:
-    the other went on to step 9 and waited for it there for ever."""
+    receive it. And a callback that stops the run on one rank alone (after step 8 of 10) stops every rank there
+    (before, the other went on to step 9 and waited there for ever)."""
     import testnet
 
     init = testnet.write_checkpoint(tmp_path / "init", "testnet", num_classes=3)
