@@ -39,19 +39,8 @@ SHUFFLE_BUFFER = 10_000
 COPY_CHUNK_BYTES = 64 << 20
 
 
-def examples(data, what: str = "train_data", num_classes: int | None = None) -> tuple[tf.data.Dataset, int | None]:
-    """(a Dataset of (float32 [h, w, 3] image, int32 label), its size or None when unknown) from (x, y)
-    arrays or a Dataset of (image, label); a ValueError naming `what` and the problem otherwise (arrays'
-    labels are checked against num_classes here; a Dataset's, as its batches are made)."""
-    data = check(data, what, num_classes)
-    if isinstance(data, tf.data.Dataset):
-        size = int(data.cardinality())
-        return data.map(_as_example), size if size >= 0 else None
-    return tf.data.Dataset.from_tensor_slices(data).map(_as_example), len(data[0])
-
-
 def check(data, what: str = "train_data", num_classes: int | None = None):
-    """`data` as examples() reads it ((x, y) NumPy arrays, or the Dataset unbatched), or a ValueError naming
+    """`data` as share() reads it ((x, y) NumPy arrays, or the Dataset unbatched), or a ValueError naming
     `what` and the problem: what can be checked without a model, before one is built or its weights load."""
     if isinstance(data, tf.data.Dataset):
         spec = data.element_spec
@@ -233,17 +222,19 @@ def _as_example(image, label):
 
 
 def count(data) -> int:
-    """How many examples `examples(data)` yields (one pass over a Dataset of unknown size; arrays are not copied
-    into TensorFlow for it)."""
+    """How many examples `data` holds: arrays by their length (not copied into TensorFlow for it), a Dataset by
+    its cardinality, or one pass when TensorFlow cannot tell it."""
     data = check(data)
     return _size(data) if isinstance(data, tf.data.Dataset) else len(data[0])
 
 
 def count_and_classes(data) -> tuple[int, int]:
     """(how many examples, the largest label + 1) of `data`, in the one pass that counts a Dataset."""
-    dataset = examples(data)[0]
-    count, top = dataset.reduce((tf.constant(0, tf.int64), tf.constant(-1, tf.int32)),
-                                lambda state, example: (state[0] + 1, tf.maximum(state[1], example[1])))
+    data = check(data)
+    if not isinstance(data, tf.data.Dataset):
+        return len(data[0]), int(data[1].max()) + 1 if len(data[0]) else 0
+    count, top = data.reduce((tf.constant(0, tf.int64), tf.constant(-1, tf.int32)),
+                             lambda state, example: (state[0] + 1, tf.maximum(state[1], tf.cast(example[1], tf.int32))))
     return int(count), int(top) + 1
 
 
@@ -253,10 +244,9 @@ def _size(dataset) -> int:
 
 
 class Share(NamedTuple):
-    """A rank's examples: `elements` (a Dataset), `size` of them, each made a (float32 image, int32 label) example
-    by `example` (after any shuffle, through a window of `shuffle_buffer` elements)."""
+    """A rank's examples: `elements` (a Dataset), each made a (float32 image, int32 label) example by `example`
+    (after any shuffle, through a window of `shuffle_buffer` elements)."""
     elements: tf.data.Dataset
-    size: int
     example: Callable
     shuffle_buffer: int
 
@@ -267,14 +257,12 @@ def share(data, num_shards: int, shard_index: int, what: str, num_classes: int) 
     copies the tensors it captures) copies images; those of a Dataset are its own, cast to float32 after the
     shuffle. (Examples shuffled as float32 held up to four times a uint8 array in the buffer, beside a copy.)"""
     data = check(data, what, num_classes)
-    if isinstance(data, tf.data.Dataset):
-        mine = data.shard(num_shards, shard_index)
-        size = _size(mine)
-        return Share(mine, size, _as_example, min(size, SHUFFLE_BUFFER))
+    if isinstance(data, tf.data.Dataset):  # a window larger than an epoch holds the epoch
+        return Share(data.shard(num_shards, shard_index), _as_example, SHUFFLE_BUFFER)
     x, y = data[0][shard_index::num_shards], data[1][shard_index::num_shards]
     images, labels = _host_copy(x), tf.convert_to_tensor(y)
-    return Share(tf.data.Dataset.range(len(x)), len(x),
-                 lambda i: _as_example(tf.gather(images, i), tf.gather(labels, i)), len(x))
+    return Share(tf.data.Dataset.range(len(x)), lambda i: _as_example(tf.gather(images, i), tf.gather(labels, i)),
+                 len(x))
 
 
 def _host_copy(x: np.ndarray) -> tf.Variable:
@@ -284,7 +272,7 @@ def _host_copy(x: np.ndarray) -> tf.Variable:
     dtype = np.uint8 if np.issubdtype(x.dtype, np.integer) else np.float32
     with tf.device("/CPU:0"):
         held = tf.Variable(tf.zeros(x.shape, dtype), trainable=False)
-    per_chunk = max(1, COPY_CHUNK_BYTES // max(1, x[:1].astype(dtype).nbytes))
+    per_chunk = max(1, COPY_CHUNK_BYTES // max(1, np.dtype(dtype).itemsize * int(np.prod(x.shape[1:]))))
     for start in range(0, len(x), per_chunk):
         tf.raw_ops.ResourceStridedSliceAssign(ref=held.handle, begin=[start], end=[start + per_chunk], strides=[1],
                                               value=x[start:start + per_chunk].astype(dtype, copy=False))
@@ -296,7 +284,7 @@ def train_batches(data, *, batch_size: int, image_size: int, num_classes: int, s
     """Endless training batches of this rank's share from `start_step` on (see the module docstring)."""
     view, policy = preprocessing.train_view(train_crop), parse_policy(augment)
     mine = share(data, num_shards, shard_index, "train_data", num_classes)
-    per_epoch = mine.size
+    per_epoch = _size(mine.elements)  # arrays' indices: known at once
     if per_epoch < batch_size:
         raise ValueError(f"train_data: this rank's share ({per_epoch} examples of every {num_shards}th) cannot fill "
                          f"one batch of {batch_size}: pass more data or a smaller batch_size")

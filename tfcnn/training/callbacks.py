@@ -246,10 +246,10 @@ class RunEpochs(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.last_logs = logs
         self.callbacks.on_train_batch_end(batch, logs)
-        if self.batch_hooks:
-            self._agree_on_stopping()
-        if self.plan.ends_epoch(self.plan.start_step + batch + 1):
+        ends_epoch = self.plan.ends_epoch(self.plan.start_step + batch + 1)
+        if ends_epoch:
             self._end_epoch()
+        if self.batch_hooks or ends_epoch:  # one agreement for the step's and the epoch's callbacks
             self._agree_on_stopping()
 
     def on_epoch_begin(self, epoch, logs=None):
