@@ -773,7 +773,7 @@ def test_onednn_kernels_are_the_default_unless_the_user_chose(user_choice, monke
         else:
             monkeypatch.setenv(name, value)
     note = precision.cpu_kernels_note()
-    expected = {None: "CPU kernels: oneDNN's (tfcnn's default; 1.0-3.5x Eigen's speed on AVX2 CPUs); "
+    expected = {None: "CPU kernels: oneDNN's (tfcnn's default; 0.9-3.5x Eigen's speed on AVX2 CPUs); "
                       "TF_ENABLE_ONEDNN_OPTS=0 selects Eigen's",
                 "0": "CPU kernels: Eigen's (TF_ENABLE_ONEDNN_OPTS=0, set in the environment)",
                 "1": "CPU kernels: oneDNN's (TF_ENABLE_ONEDNN_OPTS=1, set in the environment)"}[user_choice]

@@ -70,7 +70,7 @@ def cpu_kernels_note() -> str:
     TF_ENABLE_ONEDNN_OPTS (TensorFlow's own default is oneDNN only on AVX-512-class CPUs, Eigen elsewhere)."""
     chosen = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
     if os.environ.get("TFCNN_ONEDNN_DEFAULT") == "1" and chosen == "1":
-        return ("CPU kernels: oneDNN's (tfcnn's default; 1.0-3.5x Eigen's speed on AVX2 CPUs); "
+        return ("CPU kernels: oneDNN's (tfcnn's default; 0.9-3.5x Eigen's speed on AVX2 CPUs); "
                 "TF_ENABLE_ONEDNN_OPTS=0 selects Eigen's")
     if chosen is None:
         return "CPU kernels: TensorFlow's choice (oneDNN's on AVX-512-class CPUs, Eigen's on others)"
