@@ -149,7 +149,8 @@ $(STAMP): setup.py Makefile $(HOROVOD_PATCHES) patches/build_horovod.sh patches/
 	@# which loads TensorFlow), starts with TensorFlow's C++ INFO lines off, on TF 2.21 with Keras 2
 	@# (tf_keras), and with horovodrun's grace between its SIGTERM and SIGKILL to the workers at
 	@# $(STOP_GRACE_S) s (patch 09; Horovod's own is 5 s), and with oneDNN's CPU kernels (TensorFlow's default
-	@# only on AVX-512-class CPUs; on AVX2 ones 0.9-3.5x as fast as Eigen's, slower only in VGG-16's training: bench/kernels.py),
+	@# only on AVX-512-class CPUs; on AVX2 ones 0.9-3.5x as fast as Eigen's, slower only in VGG-16's training:
+	@# bench/kernels.py),
 	@# unless the user set the variable; TFCNN_ONEDNN_DEFAULT tells the start-up note who chose.
 	@echo 'import os; os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1"); $(LANE_ENV)' \
 	  'os.environ.setdefault("HOROVOD_GRACEFUL_TERMINATION_TIME_S", "$(STOP_GRACE_S)");' \
